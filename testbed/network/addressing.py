@@ -1,0 +1,177 @@
+"""The network plan: nodes, interfaces, addresses and routes, computed from a topology.
+
+Pure data, no side effects: ``testbed net up --dry-run`` prints it, tests
+check it without root, and the builder realises exactly this plan.
+
+Addressing: DC number i (1-based, in spec order) owns the LAN 10.i.0.0/24
+(hosts .1..N, parameter server .200, router .254).  WAN link number k
+(1-based) is the point-to-point 10.255.k.0/30 (.1 on endpoint a, .2 on b).
+These private addresses only exist inside the testbed's namespaces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from ipaddress import IPv4Address, IPv4Network
+
+from topologies.model import Topology
+from traffic_control.shape import LinkShape
+
+from . import naming
+
+MAX_DCS = 250
+MAX_LINKS = 250
+
+
+@dataclass(frozen=True)
+class IfacePlan:
+    name: str
+    address: str  # a.b.c.d
+    prefixlen: int
+    egress: LinkShape | None = None  # shape applied on this interface's egress
+    peer_node: str | None = None  # WAN: the router at the other end
+    bridge: str | None = None  # LAN: root-namespace bridge this iface's peer is a port of
+    port: str | None = None  # LAN: that port's name
+    port_egress: LinkShape | None = None  # LAN: shape on the bridge port (switch -> node)
+
+
+@dataclass(frozen=True)
+class RoutePlan:
+    dst: str  # CIDR
+    via: str  # next-hop address
+
+
+@dataclass
+class NodePlan:
+    name: str
+    dc: str
+    role: str  # host | ps | router
+    ifaces: list[IfacePlan] = field(default_factory=list)
+    routes: list[RoutePlan] = field(default_factory=list)
+    cpu: float | None = None
+
+    @property
+    def netns(self) -> str:
+        return naming.netns_name(self.name)
+
+    @property
+    def ip(self) -> str:
+        return self.ifaces[0].address
+
+
+@dataclass(frozen=True)
+class WanPlan:
+    a: str
+    b: str
+    a_router: str
+    b_router: str
+    a_if: str
+    b_if: str
+    a_ip: str
+    b_ip: str
+    forward: LinkShape  # a -> b, applied on a_if
+    reverse: LinkShape  # b -> a, applied on b_if
+
+
+@dataclass
+class NetPlan:
+    topology: Topology
+    nodes: dict[str, NodePlan]
+    wans: list[WanPlan]
+    bridges: list[str]
+
+    def hosts(self, dc: str | None = None, role: str | None = "host") -> list[NodePlan]:
+        return [n for n in self.nodes.values() if (dc is None or n.dc == dc) and (role is None or n.role == role)]
+
+    def router(self, dc: str) -> NodePlan:
+        return self.nodes[naming.router_name(dc)]
+
+    def lan_cidr(self, dc: str) -> str:
+        return str(_lan(self.topology.dc_names.index(dc) + 1))
+
+    def describe(self) -> list[str]:
+        out = []
+        for lk in self.wans:
+            out.append(f"wan {lk.a}<->{lk.b}: {lk.a_router}:{lk.a_if} {lk.a_ip} -> {lk.forward.describe()} | "
+                       f"{lk.b_router}:{lk.b_if} {lk.b_ip} -> {lk.reverse.describe()}")
+        for n in self.nodes.values():
+            addrs = ", ".join(f"{i.name} {i.address}/{i.prefixlen}" for i in n.ifaces)
+            routes = ", ".join(f"{r.dst} via {r.via}" for r in n.routes)
+            out.append(f"{n.role:6} {n.name:12} netns {n.netns:16} {addrs}; routes: {routes}")
+        return out
+
+
+def _lan(i: int) -> IPv4Network:
+    return IPv4Network(f"10.{i}.0.0/24")
+
+
+def _wan(k: int) -> IPv4Network:
+    return IPv4Network(f"10.255.{k}.0/30")
+
+
+def plan_network(topo: Topology, with_ps: bool = True) -> NetPlan:
+    """Compute every node, address and route for ``topo``."""
+    if len(topo.dcs) > MAX_DCS or len(topo.links) > MAX_LINKS:
+        raise ValueError(f"at most {MAX_DCS} DCs and {MAX_LINKS} links are addressable")
+    nodes: dict[str, NodePlan] = {}
+    bridges = []
+    lan_of = {}
+    for i, dc in enumerate(topo.dcs, start=1):
+        net = _lan(i)
+        lan_of[dc.name] = net
+        br = naming.bridge_name(dc.name)
+        bridges.append(br)
+        gw = str(net.network_address + 254)
+        members: list[tuple[str, str, str, float | None]] = []
+        for j in range(1, dc.hosts + 1):
+            members.append((naming.host_name(dc.name, j), "host", str(net.network_address + j), dc.cpu))
+        if with_ps and topo.ps == dc.name:
+            members.append((naming.ps_name(dc.name), "ps", str(net.network_address + 200), None))
+        lan_shape = dc.lan if (dc.lan.rate_bps or dc.lan.needs_netem) else None
+        port_no = 0
+        for name, role, addr, cpu in members:
+            port_no += 1
+            node = NodePlan(name, dc.name, role, cpu=cpu)
+            node.ifaces.append(IfacePlan(naming.HOST_IFNAME, addr, 24, lan_shape, bridge=br,
+                                         port=naming.port_name(dc.name, port_no), port_egress=lan_shape))
+            node.routes.append(RoutePlan("default", gw))
+            nodes[name] = node
+        port_no += 1
+        r = NodePlan(naming.router_name(dc.name), dc.name, "router")
+        r.ifaces.append(IfacePlan(naming.LAN_IFNAME, gw, 24, lan_shape, bridge=br,
+                                  port=naming.port_name(dc.name, port_no), port_egress=lan_shape))
+        nodes[r.name] = r
+
+    wans = []
+    wan_addr: dict[tuple[str, str], str] = {}  # (router dc, peer dc) -> peer's address on that link
+    for k, lk in enumerate(topo.links, start=1):
+        net = _wan(k)
+        a_ip, b_ip = str(net.network_address + 1), str(net.network_address + 2)
+        ra, rb = nodes[naming.router_name(lk.a)], nodes[naming.router_name(lk.b)]
+        a_if, b_if = naming.wan_ifname(lk.b), naming.wan_ifname(lk.a)
+        ra.ifaces.append(IfacePlan(a_if, a_ip, 30, lk.forward, peer_node=rb.name))
+        rb.ifaces.append(IfacePlan(b_if, b_ip, 30, lk.reverse, peer_node=ra.name))
+        wan_addr[(lk.a, lk.b)] = b_ip
+        wan_addr[(lk.b, lk.a)] = a_ip
+        wans.append(WanPlan(lk.a, lk.b, ra.name, rb.name, a_if, b_if, a_ip, b_ip, lk.forward, lk.reverse))
+
+    # Per-destination routes on every router: next hop from the topology's routing.
+    for dc in topo.dcs:
+        r = nodes[naming.router_name(dc.name)]
+        for other in topo.dcs:
+            if other.name == dc.name:
+                continue
+            nh = topo.next_hop(dc.name, other.name)
+            r.routes.append(RoutePlan(str(lan_of[other.name]), wan_addr[(dc.name, nh)]))
+        # Far ends of WAN links that are not adjacent (so routers can ping any link address).
+        for k, lk in enumerate(topo.links, start=1):
+            if dc.name in (lk.a, lk.b):
+                continue
+            # reach the /30 via the next hop towards endpoint a
+            nh = topo.next_hop(dc.name, lk.a)
+            r.routes.append(RoutePlan(str(_wan(k)), wan_addr[(dc.name, nh)]))
+    return NetPlan(topo, nodes, wans, bridges)
+
+
+def address_of(plan: NetPlan, node: str) -> IPv4Address:
+    return IPv4Address(plan.nodes[node].ip)

@@ -1,0 +1,125 @@
+"""Find and remove everything the testbed created — and nothing else.
+
+Works from the system's state alone (no state file needed), so it also
+cleans up after a builder killed with SIGKILL half-way: processes whose
+environment carries ``TESTBED_OWNER=tb``, named namespaces ``tb-*``, root
+namespace links ``tb-*`` (bridges and their ports), cgroups ``tb-*``, probe
+namespaces, userspace-impairment rules, and the state directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+from pyroute2 import IPRoute, netns
+
+from traffic_control.capabilities import cleanup_probes
+
+from . import cgroups, naming
+
+
+def owned_pids() -> list[int]:
+    """PIDs of processes started by the testbed (marked in their environment)."""
+    marker = f"{naming.OWNER_ENV}={naming.PREFIX}".encode()
+    me = os.getpid()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            env = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        if marker in env.split(b"\0"):
+            pids.append(int(entry))
+    return pids
+
+
+def kill_owned(timeout: float = 2.0) -> list[int]:
+    pids = owned_pids()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.02)
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # zombies of our own children count as gone
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def owned_netns() -> list[str]:
+    return sorted(n for n in netns.listnetns() if naming.is_ours(n) and not n.startswith("tb-probe-"))
+
+
+def owned_links() -> list[str]:
+    with IPRoute() as ipr:
+        names = [m.get_attr("IFLA_IFNAME") for m in ipr.get_links()]
+    return sorted(n for n in names if n and naming.is_ours(n))
+
+
+def remove_links(names: list[str]) -> None:
+    with IPRoute() as ipr:
+        # ports first (deleting a veth end removes its peer), then bridges
+        for name in sorted(names, key=lambda n: n.count("-"), reverse=True):
+            idx = ipr.link_lookup(ifname=name)
+            if idx:
+                try:
+                    ipr.link("del", index=idx[0])
+                except Exception:
+                    pass
+
+
+def cleanup(verbose: bool = False) -> dict[str, list[str]]:
+    """Remove all testbed state; returns what was removed, by kind."""
+    report: dict[str, list[str]] = {}
+    report["processes"] = [str(p) for p in kill_owned()]
+    try:
+        from traffic_control.userspace import cleanup as uq_cleanup  # type: ignore[attr-defined]
+
+        report["impairment"] = [str(x) for x in (uq_cleanup() or [])]
+    except ImportError:
+        pass
+    ns_names = owned_netns()
+    for n in ns_names:
+        try:
+            netns.remove(n)
+        except OSError:
+            pass
+    report["netns"] = ns_names
+    links = owned_links()
+    remove_links(links)
+    report["links"] = links
+    report["cgroups"] = cgroups.remove_all()
+    report["probes"] = cleanup_probes()
+    state = Path(naming.STATE_DIR)
+    if state.exists():
+        shutil.rmtree(state, ignore_errors=True)
+        report["state"] = [str(state)]
+    return {k: v for k, v in report.items() if v}
+
+
+def leftovers() -> dict[str, list[str]]:
+    """What cleanup would remove now (empty when the machine is clean)."""
+    out = {"processes": [str(p) for p in owned_pids()], "netns": owned_netns(), "links": owned_links()}
+    base = [Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")]
+    cg = [str(p) for b in base for p in b.glob(f"{naming.PREFIX}-*") if p.is_dir()]
+    out["cgroups"] = cg
+    return {k: v for k, v in out.items() if v}

@@ -1,0 +1,64 @@
+"""Names of everything the testbed creates, all under one prefix.
+
+Cleanup finds the testbed's objects by this prefix and touches nothing else:
+named network namespaces (``tb-<node>``), root-namespace bridges
+(``tb-<dc>``) and bridge ports (``tb-<dc>-<n>``), cgroups (``tb-<node>``),
+and processes carrying ``TESTBED_OWNER=tb`` in their environment.
+Interface names fit Linux's 15-byte limit because DC names are at most 8
+bytes (checked by the topology model).
+"""
+
+from __future__ import annotations
+
+PREFIX = "tb"
+OWNER_ENV = "TESTBED_OWNER"
+STATE_DIR = "/run/geo-testbed"
+
+IFNAMSIZ = 15
+
+
+def _check(name: str) -> str:
+    if len(name.encode()) > IFNAMSIZ:
+        raise ValueError(f"interface name {name!r} exceeds {IFNAMSIZ} bytes")
+    return name
+
+
+def host_name(dc: str, i: int) -> str:
+    return f"{dc}-h{i}"
+
+
+def router_name(dc: str) -> str:
+    return f"{dc}-r"
+
+
+def ps_name(dc: str) -> str:
+    return f"{dc}-ps"
+
+
+def netns_name(node: str) -> str:
+    return f"{PREFIX}-{node}"
+
+
+def bridge_name(dc: str) -> str:
+    return _check(f"{PREFIX}-{dc}")
+
+
+def port_name(dc: str, n: int) -> str:
+    return _check(f"{PREFIX}-{dc}-{n}")
+
+
+def wan_ifname(peer_dc: str) -> str:
+    """Router interface facing ``peer_dc`` (inside the router's namespace)."""
+    return _check(f"w-{peer_dc}")
+
+
+LAN_IFNAME = "lan0"  # a router's LAN interface
+HOST_IFNAME = "eth0"  # a host's only interface
+
+
+def cgroup_name(node: str) -> str:
+    return f"{PREFIX}-{node}"
+
+
+def is_ours(name: str) -> bool:
+    return name.startswith(PREFIX + "-")

@@ -1,0 +1,129 @@
+"""What this kernel can do, found by trying it in a scratch namespace.
+
+Reading ``/proc/config.gz`` or ``lsmod`` says what was built, not what loads;
+so each feature is probed by creating the real object (a veth pair, a bridge,
+an HTB/TBF/netem qdisc, an IFB device) inside a throw-away network namespace
+that is always removed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pyroute2 import NetNS, netns
+from pyroute2.netlink.exceptions import NetlinkError
+
+from .netlink import NETEM_FIX
+
+PROBE_PREFIX = "tb-probe-"
+
+
+@dataclass
+class Capability:
+    name: str
+    ok: bool
+    detail: str = ""
+    fix: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+FIXES = {
+    "netns": "run as root on a kernel with CONFIG_NET_NS (any stock Ubuntu/Debian kernel)",
+    "veth": "modprobe veth",
+    "bridge": "modprobe bridge (and apt install bridge-utils)",
+    "htb": "modprobe sch_htb",
+    "tbf": "modprobe sch_tbf",
+    "netem": NETEM_FIX,
+    "ifb": "modprobe ifb",
+}
+
+
+def _try(name: str, fn: Callable[[], str | None]) -> Capability:
+    try:
+        detail = fn() or "works"
+        return Capability(name, True, detail)
+    except NetlinkError as e:
+        msg = e.args[1] if len(e.args) > 1 else str(e)
+        return Capability(name, False, f"netlink error {e.code}: {msg}", FIXES.get(name, ""))
+    except Exception as e:  # a probe must report, never crash the doctor
+        return Capability(name, False, f"{type(e).__name__}: {e}", FIXES.get(name, ""))
+
+
+def probe_kernel() -> dict[str, Capability]:
+    """Probe netns, veth, bridge, HTB, TBF, netem and IFB.  Needs root."""
+    caps: dict[str, Capability] = {}
+    if os.geteuid() != 0:
+        for name in FIXES:
+            caps[name] = Capability(name, False, "not probed: needs root", "run as root (sudo)")
+        return caps
+    name = f"{PROBE_PREFIX}{os.getpid()}"
+    try:
+        netns.create(name)
+    except Exception as e:
+        caps["netns"] = Capability("netns", False, str(e), FIXES["netns"])
+        return caps
+    caps["netns"] = Capability("netns", True, "created a scratch namespace")
+    try:
+        ns = NetNS(name)
+        try:
+            def veth() -> None:
+                ns.link("add", ifname="p0", kind="veth", peer={"ifname": "p1"})
+                for i in ("p0", "p1"):
+                    ns.link("set", index=ns.link_lookup(ifname=i)[0], state="up")
+
+            caps["veth"] = _try("veth", veth)
+
+            def bridge() -> None:
+                ns.link("add", ifname="br0", kind="bridge")
+
+            caps["bridge"] = _try("bridge", bridge)
+            idx = ns.link_lookup(ifname="p0")
+            idx0 = idx[0] if idx else 1
+
+            def qdisc(kind: str, **kw: Any) -> Callable[[], None]:
+                def f() -> None:
+                    try:
+                        ns.tc("del", index=idx0, handle=0, parent=0xFFFFFFFF)
+                    except NetlinkError:
+                        pass
+                    ns.tc("add", kind, index=idx0, handle=0x10000, **kw)
+                return f
+
+            caps["htb"] = _try("htb", qdisc("htb", default=1))
+            caps["tbf"] = _try("tbf", qdisc("tbf", rate=125000, burst=10000, latency=50000))
+            caps["netem"] = _try("netem", qdisc("netem", delay=1000, limit=100))
+
+            def ifb() -> None:
+                ns.link("add", ifname="ifb9", kind="ifb")
+
+            caps["ifb"] = _try("ifb", ifb)
+        finally:
+            ns.close()
+    finally:
+        try:
+            netns.remove(name)
+        except OSError:
+            pass
+    return caps
+
+
+def has_netem() -> bool:
+    return probe_kernel().get("netem", Capability("netem", False)).ok
+
+
+def cleanup_probes() -> list[str]:
+    """Remove scratch namespaces left by a probe that was killed."""
+    removed = []
+    for n in netns.listnetns():
+        if n.startswith(PROBE_PREFIX):
+            try:
+                netns.remove(n)
+                removed.append(n)
+            except OSError:
+                pass
+    return removed

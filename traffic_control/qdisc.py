@@ -1,0 +1,138 @@
+"""A shape turned into the qdisc tree that realises it, as data.
+
+The tree on the shaped (egress) interface is::
+
+    root 1:  htb default 1
+      class 1:1  htb rate R ceil R burst B cburst B
+        10:  netem delay D jitter J loss L limit N [rate X]   (or pfifo limit N without netem)
+
+HTB enforces the rate (it works on every kernel); netem, as the leaf, holds
+packets for their delay and drops them for loss.  Packets therefore wait for
+the delay, then for the rate, as on a real link whose propagation delay sits
+behind a bottleneck queue.  The same list of :class:`TcOp` drives the netlink
+backend and the dry run (``tc`` command lines), so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .shape import NO_REORDER_NETEM_RATE_BPS, LinkShape
+from .units import format_rate
+
+ROOT = 0xFFFFFFFF
+HTB_HANDLE = 0x10000  # 1:
+HTB_CLASS = 0x10001  # 1:1
+LEAF_HANDLE = 0x100000  # 10:
+#: HTB rate used when a direction has netem effects but no rate (effectively unshaped).
+UNSHAPED_BPS = 100e9
+
+
+def handle_str(h: int) -> str:
+    if h == ROOT:
+        return "root"
+    major, minor = h >> 16, h & 0xFFFF
+    return f"{major:x}:{minor:x}" if minor else f"{major:x}:"
+
+
+@dataclass(frozen=True)
+class TcOp:
+    """One qdisc or class operation: pyroute2 ``tc()`` arguments plus its ``tc`` command line."""
+
+    command: str  # add | change | add-class | change-class | del
+    kind: str
+    handle: int
+    parent: int
+    params: dict[str, Any] = field(default_factory=dict)
+    argv: tuple[str, ...] = ()
+
+    def tc_command(self, dev: str, netns: str | None = None) -> list[str]:
+        base = ["ip", "netns", "exec", netns] if netns else []
+        obj = "class" if self.command.endswith("-class") else "qdisc"
+        verb = self.command.split("-")[0]
+        where = ["root"] if self.parent == ROOT else ["parent", handle_str(self.parent)]
+        ident = ["classid", handle_str(self.handle)] if obj == "class" else ["handle", handle_str(self.handle)]
+        if verb == "del":
+            return [*base, "tc", obj, "del", "dev", dev, *where]
+        return [*base, "tc", obj, verb, "dev", dev, *where, *ident, self.kind, *self.argv]
+
+
+def _bytes_rate(bps: float) -> int:
+    return int(round(bps / 8))
+
+
+def _tc_rate(bps: float) -> str:
+    return format_rate(bps).replace("Gbit", "gbit").replace("Mbit", "mbit").replace("Kbit", "kbit")
+
+
+def _us(seconds: float) -> int:
+    return int(round(seconds * 1e6))
+
+
+def htb_class_op(shape: LinkShape, command: str) -> TcOp:
+    rate = shape.rate_bps or UNSHAPED_BPS
+    bps = _bytes_rate(rate)
+    burst = shape.burst_bytes or (int(rate / 8 * 0.001) + shape.mtu)
+    quantum = min(200000, max(shape.mtu + 14, bps // 100))
+    params = {"rate": bps, "ceil": bps, "burst": burst, "cburst": burst, "quantum": quantum, "prio": 0}
+    argv = ("rate", _tc_rate(rate), "ceil", _tc_rate(rate), "burst", f"{burst}b", "cburst", f"{burst}b",
+            "quantum", str(quantum))
+    return TcOp(command, "htb", HTB_CLASS, HTB_HANDLE, params, argv)
+
+
+def leaf_op(shape: LinkShape, command: str, netem: bool) -> TcOp:
+    """netem leaf when the shape has delay/jitter/loss and netem is to be used, else pfifo."""
+    limit = shape.netem_limit
+    if netem and shape.needs_netem:
+        params: dict[str, Any] = {"delay": _us(shape.delay_s), "jitter": _us(shape.jitter_s),
+                                  "loss": shape.loss_pct, "limit": limit}
+        argv: list[str] = ["delay", f"{_us(shape.delay_s)}us"]
+        if shape.jitter_s:
+            argv += [f"{_us(shape.jitter_s)}us"]
+        if shape.loss_pct:
+            argv += ["loss", f"{shape.loss_pct:g}%"]
+        argv += ["limit", str(limit)]
+        if shape.jitter_s and not shape.reorder:
+            # A netem rate keeps release times monotonic: jitter without reordering.
+            params["rate"] = _bytes_rate(NO_REORDER_NETEM_RATE_BPS)
+            argv += ["rate", _tc_rate(NO_REORDER_NETEM_RATE_BPS)]
+        return TcOp(command, "netem", LEAF_HANDLE, HTB_CLASS, params, tuple(argv))
+    return TcOp(command, "pfifo", LEAF_HANDLE, HTB_CLASS, {"limit": limit}, ("limit", str(limit)))
+
+
+def build_ops(shape: LinkShape, *, netem: bool = True) -> list[TcOp]:
+    """Operations that install ``shape`` on a clean interface (root replaced)."""
+    return [
+        TcOp("add", "htb", HTB_HANDLE, ROOT, {"default": 1, "r2q": 10}, ("default", "1")),
+        htb_class_op(shape, "add-class"),
+        leaf_op(shape, "add", netem),
+    ]
+
+
+def change_ops(old: LinkShape, new: LinkShape, *, netem: bool = True) -> list[TcOp]:
+    """In-place changes from ``old`` to ``new``: ``change`` only, never delete and re-add.
+
+    If the leaf's kind must change (pfifo <-> netem, e.g. loss added to a
+    rate-only link) the leaf is *replaced* under the same handle, which is one
+    atomic netlink operation: the HTB class and its rate stay in place.
+    """
+    ops = []
+    if (old.rate_bps, old.burst_bytes, old.mtu) != (new.rate_bps, new.burst_bytes, new.mtu):
+        ops.append(htb_class_op(new, "change-class"))
+    old_leaf = leaf_op(old, "change", netem)
+    new_leaf = leaf_op(new, "change", netem)
+    if old_leaf.kind != new_leaf.kind:
+        ops.append(leaf_op(new, "replace", netem))
+    elif old_leaf.params != new_leaf.params:
+        ops.append(new_leaf)
+    return ops
+
+
+def clear_ops() -> list[TcOp]:
+    return [TcOp("del", "htb", HTB_HANDLE, ROOT)]
+
+
+def dry_run(ifname: str, shape: LinkShape, *, netns: str | None = None, netem: bool = True) -> list[str]:
+    """The ``tc`` command lines equivalent to applying ``shape`` (for ``--dry-run``)."""
+    return [" ".join(op.tc_command(ifname, netns)) for op in build_ops(shape, netem=netem)]

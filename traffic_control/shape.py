@@ -1,0 +1,239 @@
+"""The shape of one direction of a link, validated, with the values tc needs derived.
+
+A :class:`LinkShape` is what a spec says about one direction of a link: rate,
+one-way delay, jitter, loss, reordering, queue limit.  Everything a kernel
+qdisc needs beyond that is *derived* here, in one place, so that the netlink
+backend, the dry run and the userspace backend agree:
+
+* HTB burst is sized from the rate (``rate x burst_time``, at least one GSO
+  super-packet), never a fixed 15 KB: a burst smaller than what the rate moves
+  in one timer tick starves the class at Gbit/s rates.
+* The netem queue limit is sized from the bandwidth-delay product with
+  headroom: packets held for the delay plus one round trip of standing queue,
+  times ``headroom``.  netem's default of 1000 packets drops at
+  Gbit/s x tens of ms.
+* Jitter reorders packets in netem (each packet gets its own release time)
+  unless netem is also given a ``rate``, in which case release times are kept
+  monotonic.  ``reorder=False`` (the default) therefore sets a netem rate far
+  above the link rate: order is kept and the rate is still HTB's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from .errors import ValidationError
+from .units import format_rate, format_time, parse_packets, parse_percent, parse_rate, parse_time
+
+#: The largest skb a GSO/TSO path hands a qdisc.
+GSO_MAX_BYTES = 65536
+#: netem's own default queue limit (packets).
+NETEM_DEFAULT_LIMIT = 1000
+#: Rate given to netem only to keep jittered packets in order (bytes/s, u32 max).
+NO_REORDER_NETEM_RATE_BPS = (2**32 - 1) * 8
+#: Jitter distributions netem offers without a distribution table.
+JITTER_DISTRIBUTIONS = ("uniform",)
+
+
+@dataclass(frozen=True)
+class LinkShape:
+    """One direction of a link.  Units: bit/s, seconds, percent, packets, bytes."""
+
+    rate_bps: float | None = None
+    delay_s: float = 0.0
+    jitter_s: float = 0.0
+    loss_pct: float = 0.0
+    reorder: bool = False
+    limit: int | None = None
+    mtu: int = 1500
+    burst_time_s: float = 0.001
+    headroom: float = 2.0
+
+    # ----------------------------------------------------------------- checks
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self, field: str = "") -> None:
+        """Raise :class:`ValidationError` naming ``field.<attr>`` for any impossible value."""
+
+        def at(name: str) -> str:
+            return f"{field}.{name}" if field else name
+
+        if self.rate_bps is not None and not self.rate_bps > 0:
+            raise ValidationError(at("rate"), f"rate must be positive, got {self.rate_bps}",
+                                  "give e.g. '100Mbit', or omit rate for an unshaped link")
+        if self.rate_bps is not None and self.rate_bps < 8000:
+            raise ValidationError(at("rate"), f"rate {self.rate_bps} bit/s is below 8 kbit/s",
+                                  "rates are in bit/s: write e.g. '100Mbit'")
+        if self.delay_s < 0:
+            raise ValidationError(at("delay"), f"delay must be >= 0, got {self.delay_s}", "write e.g. '10ms'")
+        if self.jitter_s < 0:
+            raise ValidationError(at("jitter"), f"jitter must be >= 0, got {self.jitter_s}", "write e.g. '1ms'")
+        if self.jitter_s > 0 and self.delay_s == 0:
+            raise ValidationError(at("jitter"), "jitter without delay",
+                                  "give a delay too (jitter varies the delay around its mean)")
+        if self.jitter_s > self.delay_s:
+            raise ValidationError(at("jitter"), f"jitter {format_time(self.jitter_s)} exceeds delay "
+                                  f"{format_time(self.delay_s)}", "keep jitter <= delay")
+        if not 0 <= self.loss_pct <= 100:
+            raise ValidationError(at("loss"), f"loss must be within [0, 100] %, got {self.loss_pct}",
+                                  "write e.g. '0.5%'")
+        if self.limit is not None and self.limit < 1:
+            raise ValidationError(at("limit"), f"queue limit must be >= 1 packet, got {self.limit}",
+                                  "omit it to size the queue from the bandwidth-delay product")
+        if not 576 <= self.mtu <= 65535:
+            raise ValidationError(at("mtu"), f"mtu {self.mtu} out of range", "use 576..65535 (1500 is usual)")
+        if not 0 < self.burst_time_s <= 1:
+            raise ValidationError(at("burst_time"), f"burst_time {self.burst_time_s} out of range",
+                                  "use a few ms, e.g. '1ms'")
+        if not self.headroom >= 1:
+            raise ValidationError(at("headroom"), f"headroom must be >= 1, got {self.headroom}", "use e.g. 2")
+
+    # ------------------------------------------------------------- derived
+    @property
+    def needs_netem(self) -> bool:
+        """True when delay, jitter or loss are asked for (things HTB cannot do)."""
+        return self.delay_s > 0 or self.jitter_s > 0 or self.loss_pct > 0
+
+    @property
+    def burst_bytes(self) -> int:
+        """HTB burst: what the rate moves in ``burst_time``, at least one GSO packet + MTU."""
+        if self.rate_bps is None:
+            return 0
+        return max(int(math.ceil(self.rate_bps / 8 * self.burst_time_s)), GSO_MAX_BYTES + self.mtu)
+
+    @property
+    def netem_limit(self) -> int:
+        """Packets netem may hold: explicit ``limit``, or derived from the BDP.
+
+        In flight inside netem: ``rate x (delay + jitter)``.  Standing queue:
+        one round trip over this link (``2 x (delay + jitter)``) of the rate.
+        Their sum in MTU-sized packets times ``headroom``, and never below
+        netem's own default.
+        """
+        if self.limit is not None:
+            return self.limit
+        if self.rate_bps is None:
+            rate = 10e9  # unshaped: size for what a veth carries (~10 Gbit/s)
+        else:
+            rate = self.rate_bps
+        hold = self.delay_s + self.jitter_s
+        pkts = rate / 8 * (3 * hold) / self.mtu
+        return max(NETEM_DEFAULT_LIMIT, int(math.ceil(pkts * self.headroom)))
+
+    @property
+    def bdp_bytes(self) -> float:
+        """Bandwidth x round trip over this direction (both ways assumed equal)."""
+        if self.rate_bps is None:
+            return 0.0
+        return self.rate_bps / 8 * 2 * self.delay_s
+
+    # ------------------------------------------------------------ editing
+    def with_changes(self, **changes: Any) -> LinkShape:
+        return replace(self, **changes)
+
+    def without_netem(self) -> LinkShape:
+        """The same shape with delay, jitter and loss removed (rate only)."""
+        return replace(self, delay_s=0.0, jitter_s=0.0, loss_pct=0.0)
+
+    # -------------------------------------------------------------- (de)ser
+    def to_dict(self, human: bool = True) -> dict[str, Any]:
+        """Spec form.  ``human`` writes units (``100Mbit``); else base units as numbers."""
+        d: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value == f.default:
+                continue
+            d[f.name] = value
+        if not human:
+            return d
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            if k == "rate_bps":
+                out["rate"] = format_rate(v)
+            elif k in ("delay_s", "jitter_s", "burst_time_s"):
+                out[k[:-2]] = format_time(v)
+            elif k == "loss_pct":
+                out["loss"] = f"{v:g}%"
+            else:
+                out[k] = v
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None, field: str = "") -> LinkShape:
+        """Parse a spec mapping (``rate: 100Mbit, delay: 10ms`` or ``rtt: 20ms``...)."""
+        return cls(**parse_shape_fields(data or {}, field))
+
+    def describe(self) -> str:
+        parts = [format_rate(self.rate_bps) if self.rate_bps else "unshaped"]
+        if self.delay_s:
+            parts.append(f"delay {format_time(self.delay_s)}")
+        if self.jitter_s:
+            parts.append(f"jitter {format_time(self.jitter_s)}{'' if self.reorder else ' (in order)'}")
+        if self.loss_pct:
+            parts.append(f"loss {self.loss_pct:g}%")
+        return ", ".join(parts)
+
+
+SHAPE_KEYS = ("rate", "delay", "rtt", "jitter", "loss", "reorder", "limit", "mtu", "burst_time", "headroom")
+
+
+def parse_shape_fields(data: dict[str, Any], field: str = "") -> dict[str, Any]:
+    """Spec keys -> LinkShape keyword arguments, with units parsed and unknown keys rejected.
+
+    ``rtt`` may stand in for ``delay``: the one-way delay is half of it.
+    Base-unit keys as written by ``to_dict(human=False)`` are accepted too.
+    """
+
+    def at(name: str) -> str:
+        return f"{field}.{name}" if field else name
+
+    if not isinstance(data, dict):
+        raise ValidationError(field or "shape", f"expected a mapping, got {type(data).__name__}",
+                              "write e.g. {rate: 100Mbit, delay: 10ms}")
+    aliases = {"rate_bps": "rate", "delay_s": "delay", "jitter_s": "jitter", "loss_pct": "loss",
+               "burst_time_s": "burst_time"}
+    kw: dict[str, Any] = {}
+    for key, value in data.items():
+        name = aliases.get(key, key)
+        if name not in SHAPE_KEYS:
+            raise ValidationError(at(str(key)), "unknown key", f"use one of: {', '.join(SHAPE_KEYS)}")
+        if name == "rate":
+            kw["rate_bps"] = None if value is None else parse_rate(value, at(key))
+        elif name == "delay":
+            if "rtt" in data:
+                raise ValidationError(at("rtt"), "both delay and rtt given", "give one of them")
+            kw["delay_s"] = parse_time(value, at(key))
+        elif name == "rtt":
+            kw["delay_s"] = parse_time(value, at(key)) / 2
+        elif name == "jitter":
+            kw["jitter_s"] = parse_time(value, at(key))
+        elif name == "loss":
+            kw["loss_pct"] = parse_percent(value, at(key))
+        elif name == "reorder":
+            if not isinstance(value, bool):
+                raise ValidationError(at(key), f"expected true/false, got {value!r}", "write reorder: true")
+            kw["reorder"] = value
+        elif name == "limit":
+            kw["limit"] = None if value is None else parse_packets(value, at(key))
+        elif name == "mtu":
+            kw["mtu"] = parse_packets(value, at(key))
+        elif name == "burst_time":
+            kw["burst_time_s"] = parse_time(value, at(key))
+        elif name == "headroom":
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValidationError(at(key), f"expected a number, got {value!r}", "write e.g. 2")
+            kw["headroom"] = float(value)
+    # Validate now so that errors carry the field path.
+    try:
+        LinkShape(**kw)
+    except ValidationError as e:
+        raise e.under(field) if field else e from None
+    return kw
+
+
+def shape_dict(shape: LinkShape) -> dict[str, Any]:
+    """Base-unit dict for manifests and JSON output."""
+    return asdict(shape)
