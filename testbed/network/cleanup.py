@@ -22,15 +22,35 @@ from traffic_control.capabilities import cleanup_probes
 from . import cgroups, naming
 
 
+def _our_netns_inodes() -> set[int]:
+    out = set()
+    for n in netns.listnetns():
+        if naming.is_ours(n):
+            try:
+                out.add(os.stat(os.path.join(netns.NETNS_RUN_DIR, n)).st_ino)
+            except OSError:
+                pass
+    return out
+
+
 def owned_pids() -> list[int]:
-    """PIDs of processes started by the testbed (marked in their environment)."""
+    """PIDs of processes the testbed owns: marked in their environment, or living in a tb-* namespace.
+
+    The second rule also catches what a user started with ``ip netns exec
+    tb-<node> ...`` and daemons started through nsenter, which would otherwise
+    keep a removed namespace alive.
+    """
     marker = f"{naming.OWNER_ENV}={naming.PREFIX}".encode()
+    inodes = _our_netns_inodes()
     me = os.getpid()
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == me:
             continue
         try:
+            if inodes and os.stat(f"/proc/{entry}/ns/net").st_ino in inodes:
+                pids.append(int(entry))
+                continue
             env = Path(f"/proc/{entry}/environ").read_bytes()
         except OSError:
             continue

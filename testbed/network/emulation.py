@@ -128,6 +128,8 @@ class EmulatedNetwork:
         self.nodes: dict[str, Any] = {}
         self.applied: dict[str, Any] = {}
         self.userspace: list[Any] = []
+        self.impairment_failures: list[str] = []
+        self._watchdog: Any = None
         self.started = False
         self.timings: dict[str, float] = {}
 
@@ -157,6 +159,10 @@ class EmulatedNetwork:
             self._wire()
             self.timings["wire_s"] = time.monotonic() - t0
             self._shape()
+            if self.userspace:
+                from .impairment import watch
+
+                self._watchdog = watch(self)
             self.timings["shape_s"] = time.monotonic() - t0
             self._write_state()
         except BaseException:
@@ -167,6 +173,9 @@ class EmulatedNetwork:
         return self
 
     def stop(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.stop()
+            self._watchdog = None
         for uq in self.userspace:
             try:
                 uq.stop()
@@ -324,7 +333,9 @@ class EmulatedNetwork:
         tcnl.change(ifname, old, new, netns=self.netns(node), netem=self.impairment.backend == "netem")
         for uq in self.userspace:
             if getattr(uq, "ifname", None) == ifname and getattr(uq, "node", None) == node:
-                uq.change(new)
+                from .impairment import to_impairment_shape
+
+                uq.change(to_impairment_shape(new))
 
     def _start_userspace(self, node: NodePlan, ifname: str, shape: LinkShape) -> None:
         from .impairment import start_userspace

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# One-stop set-up on a fresh Debian/Ubuntu machine, as root.  Idempotent: run
+# it again at any time; it installs only what is missing.
+#
+#   sudo scripts/bootstrap.sh                  # CPU build of torch (default)
+#   sudo TORCH_VARIANT=cuda scripts/bootstrap.sh   # CUDA build of torch (GPU servers)
+#
+# Environment:
+#   TORCH_VARIANT   cpu (default) | cuda
+#   TORCH_VERSION   default 2.13.0
+#   TORCH_INDEX_URL a pip index holding CPU wheels of torch, used for the CPU
+#                   variant when no local wheel is found (PyPI's Linux torch is
+#                   the multi-GB CUDA build)
+#   WITH_VAGRANT=1  also install Debian's vagrant (CI uses it for `vagrant validate`)
+#   VENV            default .venv in the repository
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$here"
+VENV="${VENV:-$here/.venv}"
+TORCH_VARIANT="${TORCH_VARIANT:-cpu}"
+TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
+
+log() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*" >&2; }
+
+if [ "$(id -u)" != 0 ]; then
+  echo "bootstrap must run as root (sudo scripts/bootstrap.sh)" >&2
+  exit 2
+fi
+
+APT_PACKAGES=(
+  mininet iperf3 ethtool iproute2 bridge-utils iputils-ping iptables procps psmisc kmod
+  python3-venv python3-dev gcc
+  libnetfilter-queue1 libnetfilter-queue-dev libnfnetlink-dev
+  qemu-system-x86 busybox-static cpio zstd xz-utils
+)
+if [ "${WITH_VAGRANT:-0}" = 1 ]; then APT_PACKAGES+=(vagrant); fi
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  log "apt: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  log "apt: all ${#APT_PACKAGES[@]} packages present"
+fi
+# The kernel lab downloads a stock kernel package with apt-get download: it needs package lists.
+if ! ls /var/lib/apt/lists/*_Packages >/dev/null 2>&1 && ! ls /var/lib/apt/lists/*_Packages.* >/dev/null 2>&1; then
+  apt-get update -q
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  log "venv: $VENV (system site-packages, for Debian's mininet)"
+  /usr/bin/python3 -m venv --system-site-packages "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip install -q)
+
+if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+  case "$TORCH_VARIANT" in
+    cpu)
+      if [ -n "${TORCH_INDEX_URL:-}" ]; then
+        log "torch $TORCH_VERSION (CPU) from $TORCH_INDEX_URL"
+        "${PIP[@]}" --index-url "$TORCH_INDEX_URL" "torch==$TORCH_VERSION"
+      else
+        log "torch $TORCH_VERSION (CPU: a local wheel via PIP_FIND_LINKS when present)"
+        "${PIP[@]}" "torch==$TORCH_VERSION"
+      fi ;;
+    cuda)
+      log "torch $TORCH_VERSION (CUDA build from PyPI)"
+      "${PIP[@]}" "torch==$TORCH_VERSION" ;;
+    *) echo "TORCH_VARIANT must be cpu or cuda, got $TORCH_VARIANT" >&2; exit 2 ;;
+  esac
+fi
+
+log "project + dev extras (editable)"
+"${PIP[@]}" -e ".[dev,tables,nfqueue]"
+
+# `sudo testbed ...` from anywhere
+ln -sf "$VENV/bin/testbed" /usr/local/bin/testbed
+
+log "done: $("$VENV/bin/python" -c 'import torch,sys; print("python", sys.version.split()[0], "torch", torch.__version__)')"

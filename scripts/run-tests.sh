@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The test suite as `make test` runs it (CI: .ci/run -> make test).
+#
+#  1. everything but the netem tests, natively (unit, root/namespace, training, analysis, lab);
+#  2. the netem-marked tests: natively when this kernel has sch_netem, else inside
+#     the kernel lab (a stock Debian kernel under QEMU, `testbed lab`);
+#  3. the demo experiment in its reduced form, end to end.
+# It says which way step 2 went, and exits non-zero if any step failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY="${PY:-.venv/bin/python}"
+export PYTHONDONTWRITEBYTECODE=1
+status=0
+summary=()
+
+step() { printf '\n\033[1m== %s ==\033[0m\n' "$*"; }
+
+step "1/3 tests (not netem)"
+"$PY" -m pytest -q -m "not netem" tests
+rc=$?
+summary+=("native tests: exit $rc")
+[ $rc = 0 ] || status=1
+
+step "2/3 netem tests"
+if "$PY" -c 'from traffic_control.capabilities import has_netem; raise SystemExit(0 if has_netem() else 1)'; then
+  echo "this kernel has sch_netem: netem tests run NATIVELY"
+  "$PY" -m pytest -q -m netem tests
+  rc=$?
+  summary+=("netem tests (native kernel): exit $rc")
+else
+  echo "this kernel has no sch_netem: netem tests run INSIDE THE KERNEL LAB (stock Debian kernel under QEMU)"
+  start=$(date +%s)
+  "$PY" -m testbed.cli lab --timeout 1200 -- "$PY" -m pytest -q -p no:cacheprovider -m netem tests
+  rc=$?
+  summary+=("netem tests (kernel lab, $(( $(date +%s) - start )) s incl. boot): exit $rc")
+fi
+[ $rc = 0 ] || status=1
+
+step "3/3 demo (reduced) end to end"
+if "$PY" -m testbed.cli --help 2>/dev/null | grep -q " demo "; then
+  "$PY" -m testbed.cli demo --reduced
+  rc=$?
+  summary+=("demo (reduced): exit $rc")
+  [ $rc = 0 ] || status=1
+else
+  summary+=("demo: not available")
+fi
+
+step "summary"
+printf '%s\n' "${summary[@]}"
+exit $status

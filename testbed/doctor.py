@@ -1,0 +1,131 @@
+"""``testbed doctor``: what this machine can do for the testbed, each gap with its exact fix.
+
+Kernel features are probed by trying them in a scratch namespace
+(:func:`traffic_control.capabilities.probe_kernel`), tools by running them,
+Python packages by importing them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import subprocess
+from typing import Any
+
+from traffic_control.capabilities import Capability, probe_kernel
+
+TOOLS = {
+    "iperf3": "apt install iperf3",
+    "ping": "apt install iputils-ping",
+    "ethtool": "apt install ethtool",
+    "ip": "apt install iproute2",
+    "tc": "apt install iproute2",
+    "mnexec": "apt install mininet",
+    "iptables": "apt install iptables",
+}
+PY_MODULES = {
+    "mininet": "apt install mininet, and make the venv with --system-site-packages (scripts/bootstrap.sh)",
+    "pyroute2": "pip install pyroute2 (scripts/bootstrap.sh)",
+    "torch": "scripts/bootstrap.sh (TORCH_VARIANT=cpu|cuda)",
+    "networkx": "pip install networkx",
+    "scipy": "pip install scipy",
+    "matplotlib": "pip install matplotlib",
+    "yaml": "pip install PyYAML",
+    "psutil": "pip install psutil",
+    "sklearn": "pip install scikit-learn",
+}
+
+
+def _tool(name: str, fix: str) -> Capability:
+    path = shutil.which(name)
+    return Capability(name, path is not None, path or "not found", "" if path else fix)
+
+
+def _module(name: str, fix: str) -> Capability:
+    try:
+        mod = importlib.import_module(name)
+        return Capability(f"python:{name}", True, str(getattr(mod, "__version__", "importable")))
+    except Exception as e:
+        return Capability(f"python:{name}", False, f"{type(e).__name__}: {e}", fix)
+
+
+def _ovs() -> Capability:
+    vsctl = shutil.which("ovs-vsctl")
+    if not vsctl:
+        return Capability("ovs", False, "ovs-vsctl not found (optional: Linux bridges are the default)",
+                          "apt install openvswitch-switch && modprobe openvswitch (only for switch: ovs)")
+    try:
+        r = subprocess.run([vsctl, "--timeout=2", "show"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return Capability("ovs", False, str(e), "systemctl start openvswitch-switch")
+    if r.returncode != 0:
+        return Capability("ovs", False, r.stderr.strip()[:200], "systemctl start openvswitch-switch && modprobe openvswitch")
+    return Capability("ovs", True, "ovs-vswitchd answers")
+
+
+def _cuda() -> Capability:
+    try:
+        import torch
+    except Exception as e:
+        return Capability("cuda", False, f"torch not importable: {e}", "scripts/bootstrap.sh")
+    if torch.cuda.is_available():
+        return Capability("cuda", True, f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}")
+    return Capability("cuda", False, f"torch {torch.__version__}: no CUDA device (trainers use the CPU; optional)",
+                      "on a GPU machine: TORCH_VARIANT=cuda scripts/bootstrap.sh")
+
+
+def _lab() -> Capability:
+    try:
+        from testbed.lab import lab_available  # type: ignore[attr-defined]
+    except ImportError:
+        return Capability("kernel-lab", False, "testbed.lab not importable", "reinstall the project")
+    ok, reason = lab_available()
+    return Capability("kernel-lab", bool(ok), reason,
+                      "" if ok else "apt install qemu-system-x86 busybox-static cpio kmod (scripts/bootstrap.sh)")
+
+
+def _userspace() -> Capability:
+    try:
+        from traffic_control.userspace import available  # type: ignore[attr-defined]
+    except ImportError:
+        return Capability("userspace-impairment", False, "traffic_control.userspace not importable",
+                          "reinstall the project")
+    ok, reason = available()
+    return Capability("userspace-impairment", bool(ok), reason,
+                      "" if ok else "apt install iptables libnetfilter-queue1 (scripts/bootstrap.sh)")
+
+
+def run_doctor() -> dict[str, Any]:
+    caps: list[Capability] = []
+    root = os.geteuid() == 0
+    caps.append(Capability("root", root, "uid 0" if root else f"uid {os.geteuid()}", "" if root else "run with sudo"))
+    kernel = probe_kernel()
+    caps.extend(kernel.values())
+    caps.append(_ovs())
+    caps.extend(_tool(n, f) for n, f in TOOLS.items())
+    caps.extend(_module(n, f) for n, f in PY_MODULES.items())
+    caps.append(_cuda())
+    caps.append(_lab())
+    caps.append(_userspace())
+    netem = kernel.get("netem")
+    if netem is not None and not netem.ok:
+        netem.fix += ("; on this machine: `testbed lab -- CMD` runs CMD under a stock kernel that has netem, "
+                      "and `--impairment userspace` emulates delay/loss without it")
+    optional = {"ovs", "cuda", "tbf", "ifb"}
+    required_ok = all(c.ok for c in caps if c.name not in optional and not c.name.startswith("kernel-lab")
+                      and c.name != "netem" and c.name != "userspace-impairment")
+    delay_ok = any(c.ok for c in caps if c.name in ("netem", "userspace-impairment"))
+    return {"ok": required_ok and delay_ok, "uname": os.uname().release,
+            "capabilities": [c.to_dict() | {"optional": c.name in optional} for c in caps]}
+
+
+def format_doctor(report: dict[str, Any]) -> str:
+    lines = [f"kernel {report['uname']}"]
+    for c in report["capabilities"]:
+        mark = "ok " if c["ok"] else ("-- " if c["optional"] else "NO ")
+        lines.append(f"  [{mark}] {c['name']:22} {c['detail']}")
+        if not c["ok"] and c["fix"]:
+            lines.append(f"         fix: {c['fix']}")
+    lines.append("ready" if report["ok"] else "NOT ready: see the fixes above")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Experiments end to end: spec -> fresh network per trial -> processes -> records -> report."""

@@ -1,0 +1,137 @@
+"""``testbed run``: every scheme x repetition of an experiment, each on a fresh network.
+
+Results go to ``results/<experiment>/<run-id>/`` (never overwritten: the
+run id is a timestamp, suffixed if taken).  Ctrl-C stops the current trial
+cleanly, keeps what was recorded, skips the rest, and still writes the
+report of what exists.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .spec import ExperimentSpec
+from .trial import TrialResult, run_trial, versions
+
+
+class Progress:
+    """One live status line on a terminal (plain lines otherwise)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.tty = sys.stderr.isatty()
+        self._last = ""
+
+    def bar(self) -> str:
+        width = 20
+        filled = int(width * self.done / max(1, self.total))
+        return f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total}"
+
+    def update(self, msg: str) -> None:
+        line = f"{self.bar()} {msg}"
+        if self.tty:
+            sys.stderr.write("\r\033[K" + line[:160])
+            sys.stderr.flush()
+        elif line != self._last and int(time.time()) % 5 == 0:
+            print(line, file=sys.stderr, flush=True)
+        self._last = line
+
+    def log(self, msg: str) -> None:
+        if self.tty:
+            sys.stderr.write("\r\033[K")
+        print(msg, file=sys.stderr, flush=True)
+
+
+@dataclass
+class RunResult:
+    dir: Path
+    trials: list[TrialResult] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def failed(self) -> list[TrialResult]:
+        return [t for t in self.trials if t.status != "ok"]
+
+
+def new_run_dir(spec: ExperimentSpec, root: Path | None = None) -> Path:
+    base = (root or Path(spec.results_dir)) / spec.name
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    d = base / stamp
+    k = 1
+    while d.exists():
+        k += 1
+        d = base / f"{stamp}-{k}"
+    d.mkdir(parents=True)
+    return d
+
+
+def run_experiment(spec: ExperimentSpec, run_dir: Path | None = None, report: bool = True) -> RunResult:
+    run_dir = run_dir or new_run_dir(spec)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trials = [(s, r) for r in range(spec.repetitions) for s in spec.schemes]
+    prog = Progress(len(trials))
+    result = RunResult(run_dir)
+    interrupted = {"flag": False}
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if interrupted["flag"]:
+            raise KeyboardInterrupt
+        interrupted["flag"] = True
+        prog.log("Ctrl-C: stopping the current trial and keeping its records (again to abort at once)")
+
+    old = signal.signal(signal.SIGINT, on_sigint)
+    manifest = {"experiment": spec.name, "spec_hash": spec.spec_hash, "spec": spec.raw, "versions": versions(),
+                "start": time.time(), "trials": []}
+    try:
+        for scheme, rep in trials:
+            if interrupted["flag"]:
+                break
+            tdir = run_dir / "trials" / f"{scheme.label}-r{rep}"
+            prog.log(f"trial {scheme.label} r{rep}: building {spec.topology.name} ...")
+            tr = run_trial(spec, scheme, rep, tdir, progress=prog.update, log=prog.log,
+                           stop_flag=lambda: interrupted["flag"])
+            result.trials.append(tr)
+            prog.done += 1
+            prog.log(f"trial {scheme.label} r{rep}: {tr.status.upper()} in {tr.wall_s:.1f} s"
+                     + (f" ({tr.reason})" if tr.reason else "")
+                     + (f"  last: step {tr.last.get('step')} loss {tr.last.get('loss')}" if tr.last else ""))
+            manifest["trials"].append({"label": tr.label, "rep": tr.rep, "dir": str(tr.dir.relative_to(run_dir)),
+                                       "status": tr.status, "reason": tr.reason, "wall_s": tr.wall_s})
+            (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
+    finally:
+        signal.signal(signal.SIGINT, old)
+        result.interrupted = interrupted["flag"]
+        manifest["end"] = time.time()
+        manifest["interrupted"] = result.interrupted
+        (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
+    if report:
+        make_report(run_dir, prog.log)
+    return result
+
+
+def make_report(run_dir: Path, log: Any = print) -> None:
+    try:
+        from ..analysis.report import generate_report  # type: ignore[import-not-found]
+    except ImportError:
+        log("report: analysis module not available")
+        return
+    try:
+        generate_report(run_dir)
+    except Exception as e:  # the records are safe; a report problem must not hide them
+        log(f"report failed: {type(e).__name__}: {e} (rerun: testbed report {run_dir})")
+
+
+def summary_table(result: RunResult) -> str:
+    rows = [("trial", "status", "wall s", "last step", "last loss")]
+    for t in result.trials:
+        rows.append((f"{t.label}-r{t.rep}", t.status, f"{t.wall_s:.1f}", str(t.last.get("step", "-")),
+                     str(t.last.get("loss", "-"))[:8]))
+    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(x) for c, x in zip(r, w)) for r in rows)

@@ -1,0 +1,250 @@
+"""One trial: a fresh network, the training processes in its hosts, collectors, records.
+
+Order of events (each step's failure still runs every later cleanup step):
+
+1. build the network (:class:`EmulatedNetwork`), read back the tc state;
+2. write the job files, start the samplers, start the parameter server then
+   the workers inside their Mininet hosts (``popen``: own namespace, traffic
+   on the emulated interface, ``GLOO_SOCKET_IFNAME=eth0``);
+3. supervise: a process that exits non-zero marks the trial failed and the
+   others are stopped within a second; a trial past its timeout is stopped;
+   Ctrl-C stops cleanly;
+4. stop samplers, write ``manifest.json`` (spec, tc state, seeds, exit status
+   of every process, start/end), tear the network down, merge ``trace.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..network.emulation import EmulatedNetwork
+from .spec import ExperimentSpec, SchemeRun
+
+POLL_S = 0.2
+GRACE_S = 3.0
+
+
+@dataclass
+class ProcInfo:
+    name: str
+    host: str
+    role: str
+    rank: int
+    popen: Any
+    log: Path
+    returncode: int | None = None
+    started: float = field(default_factory=time.time)
+
+
+@dataclass
+class TrialResult:
+    label: str
+    rep: int
+    dir: Path
+    status: str  # ok | failed | interrupted | timeout
+    reason: str = ""
+    wall_s: float = 0.0
+    last: dict[str, Any] = field(default_factory=dict)
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for mod in ("torch", "pyroute2", "numpy", "scipy", "networkx", "matplotlib"):
+        try:
+            out[mod] = str(__import__(mod).__version__)
+        except Exception:
+            out[mod] = "missing"
+    try:
+        import mininet.net
+
+        out["mininet"] = getattr(mininet.net, "VERSION", "?")
+    except Exception:
+        out["mininet"] = "missing"
+    return out
+
+
+def _tail_metrics(trial_dir: Path) -> dict[str, Any]:
+    """Last row of metrics.csv (for the live progress line)."""
+    p = trial_dir / "metrics.csv"
+    try:
+        with p.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 4096))
+            lines = f.read().decode(errors="replace").splitlines()
+        header = p.open().readline().strip().split(",")
+        if len(lines) < 2:
+            return {}
+        vals = lines[-1].split(",")
+        if len(vals) != len(header) or vals == header:
+            return {}
+        return dict(zip(header, vals))
+    except OSError:
+        return {}
+
+
+def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path,
+              progress: Callable[[str], None] | None = None, log: Callable[[str], None] | None = None,
+              stop_flag: Callable[[], bool] | None = None) -> TrialResult:
+    from ..collect.samplers import LinkTarget, ProcTarget, SamplerSet
+    from ..collect.trace import merge_trial
+    from ..training.jobs import Placement, command_for, make_jobs, write_jobs
+
+    say = log or (lambda m: None)
+    show = progress or (lambda m: None)
+    stopped = stop_flag or (lambda: False)
+    trial_dir.mkdir(parents=True, exist_ok=False)
+    (trial_dir / "logs").mkdir()
+    training = dict(scheme.training)
+    training["seed"] = spec.seed + rep
+    training = _prepare_training(spec, training, trial_dir)
+    manifest: dict[str, Any] = {
+        "experiment": spec.name, "label": scheme.label, "scheme": scheme.label, "rep": rep,
+        "spec_hash": spec.spec_hash, "spec": spec.raw, "training": training, "seed": training["seed"],
+        "topology": spec.topology.to_dict(), "versions": versions(), "kernel": platform.release(),
+        "argv": sys.argv, "start": time.time(),
+    }
+    result = TrialResult(scheme.label, rep, trial_dir, "failed")
+    net = EmulatedNetwork(spec.topology, impairment=spec.impairment, allow_missing_netem=spec.allow_missing_netem,
+                          log=say)
+    procs: list[ProcInfo] = []
+    samplers = None
+    t_start = time.monotonic()
+    try:
+        net.start()
+        manifest["network"] = {"up_s": net.timings.get("up_s"), "impairment": net.impairment.to_dict()
+                               if net.impairment else None}
+        manifest["tc_state"] = net.applied
+        t0 = time.time_ns()
+        manifest["t0_ns"] = t0
+        placement = [Placement(n.name, n.dc, n.ip, "eth0", "worker") for n in net.plan.nodes.values()
+                     if n.role == "host"]
+        placement += [Placement(n.name, n.dc, n.ip, "eth0", "server") for n in net.plan.nodes.values()
+                      if n.role == "ps"]
+        jobs = make_jobs(training, placement, trial_dir, t0)
+        paths = write_jobs(jobs, trial_dir)
+        if spec.collectors.links or spec.collectors.procs:
+            links = [LinkTarget(w["node"], w["ifname"], w["link"], w["netns"]) for w in net.wan_interfaces()] \
+                if spec.collectors.links else []
+            samplers = SamplerSet(trial_dir, t0, links=links, rate_hz=spec.collectors.rate_hz).start()
+        # server first, so workers find it listening
+        order = sorted(zip(jobs, paths), key=lambda jp: 0 if jp[0].role == "server" else 1)
+        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="eth0")
+        for job, path in order:
+            logf = trial_dir / "logs" / f"{job.name}.log"
+            with logf.open("wb") as fh:
+                p = net.popen(job.host, command_for(path, job), stdout=fh, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, env=env, cwd=str(Path.cwd()))
+            procs.append(ProcInfo(job.name, job.host, job.role, job.rank, p, logf))
+            if samplers is not None and spec.collectors.procs:
+                samplers.add_process(ProcTarget(p.pid, job.host, job.role, job.rank))
+        result = _supervise(procs, trial_dir, spec.timeout_s, scheme.label, rep, show, stopped,
+                             lambda: net.impairment_failures)
+    except KeyboardInterrupt:
+        result = TrialResult(scheme.label, rep, trial_dir, "interrupted", "Ctrl-C")
+    except Exception as e:
+        result = TrialResult(scheme.label, rep, trial_dir, "failed", f"{type(e).__name__}: {e}")
+    finally:
+        _stop_all(procs)
+        if samplers is not None:
+            try:
+                manifest["sampler_stats"] = samplers.stop()
+            except Exception as e:  # never lose the manifest over a sampler
+                manifest["sampler_error"] = str(e)
+        try:
+            net.stop()
+        except Exception as e:
+            manifest["teardown_error"] = str(e)
+        result.wall_s = time.monotonic() - t_start
+        manifest.update({
+            "end": time.time(), "status": result.status, "reason": result.reason,
+            "processes": [{"name": p.name, "host": p.host, "role": p.role, "rank": p.rank,
+                           "pid": p.popen.pid, "returncode": p.returncode, "log": str(p.log.relative_to(trial_dir))}
+                          for p in procs],
+        })
+        (trial_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
+        if spec.collectors.trace:
+            try:
+                _, problems = merge_trial(trial_dir)
+                if problems:
+                    say(f"trace of {trial_dir.name}: " + "; ".join(problems[:3]))
+            except Exception as e:
+                say(f"trace merge failed for {trial_dir.name}: {e}")
+    result.last = _tail_metrics(trial_dir)
+    return result
+
+
+def _prepare_training(spec: ExperimentSpec, training: dict[str, Any], trial_dir: Path) -> dict[str, Any]:
+    """Fill what only the runner knows (e.g. a BLP plan for the topology) into the training section."""
+    scheme = training.get("scheme", {})
+    if scheme.get("name") == "pgcs" and scheme.get("sync") == "blp" and not scheme.get("plan"):
+        try:
+            from ..planning.integration import plan_for_training  # type: ignore[import-not-found]
+        except ImportError:
+            return training
+        training = dict(training)
+        training["scheme"] = dict(scheme, plan=plan_for_training(spec.topology, training, trial_dir))
+    return training
+
+
+def _supervise(procs: list[ProcInfo], trial_dir: Path, timeout_s: float, label: str, rep: int,
+               show: Callable[[str], None], stopped: Callable[[], bool],
+               faults: Callable[[], list[str]] = list) -> TrialResult:
+    start = time.monotonic()
+    workers = [p for p in procs if p.role == "worker"]
+    last_show = 0.0
+    while True:
+        for p in procs:
+            if p.returncode is None:
+                p.returncode = p.popen.poll()
+        if faults():
+            return TrialResult(label, rep, trial_dir, "failed", "link impairment lost: " + "; ".join(faults()))
+        failed = [p for p in procs if p.returncode not in (None, 0)]
+        if failed:
+            p = failed[0]
+            tail = p.log.read_text(errors="replace").strip().splitlines()[-3:] if p.log.exists() else []
+            return TrialResult(label, rep, trial_dir, "failed",
+                               f"{p.name} exited with status {p.returncode}: {' | '.join(tail)}")
+        if workers and all(p.returncode == 0 for p in workers):
+            # workers done: give the server a moment to finish its records
+            deadline = time.monotonic() + GRACE_S
+            while time.monotonic() < deadline and any(p.popen.poll() is None for p in procs):
+                time.sleep(0.05)
+            return TrialResult(label, rep, trial_dir, "ok")
+        elapsed = time.monotonic() - start
+        if elapsed > timeout_s:
+            return TrialResult(label, rep, trial_dir, "timeout", f"trial exceeded {timeout_s:g} s")
+        if stopped():
+            return TrialResult(label, rep, trial_dir, "interrupted", "stopped by the user")
+        if time.monotonic() - last_show > 0.5:
+            m = _tail_metrics(trial_dir)
+            loss = m.get("loss", "")
+            show(f"{label} r{rep}: step {m.get('step', 0)}  loss {loss[:6] if loss else '-'}  {elapsed:5.1f} s")
+            last_show = time.monotonic()
+        time.sleep(POLL_S)
+
+
+def _stop_all(procs: list[ProcInfo]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [p for p in procs if p.popen.poll() is None]
+        for p in alive:
+            try:
+                p.popen.send_signal(sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and any(p.popen.poll() is None for p in alive):
+            time.sleep(0.05)
+    for p in procs:
+        if p.returncode is None:
+            p.returncode = p.popen.poll()
