@@ -28,7 +28,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 vagrant-validate:
-	cd vagrant && vagrant validate
+	cd vagrant && VAGRANT_CHECKPOINT_DISABLE=1 vagrant validate --ignore-provider
 
 clean:
 	-$(PY) -m testbed.cli clean

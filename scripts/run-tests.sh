@@ -46,6 +46,16 @@ else
   summary+=("demo: not available")
 fi
 
+step "vagrant validate"
+if command -v vagrant >/dev/null; then
+  (cd vagrant && VAGRANT_CHECKPOINT_DISABLE=1 vagrant validate --ignore-provider)
+  rc=$?
+  summary+=("vagrant validate: exit $rc")
+  [ $rc = 0 ] || status=1
+else
+  summary+=("vagrant validate: vagrant not installed (WITH_VAGRANT=1 scripts/bootstrap.sh installs it)")
+fi
+
 step "summary"
 printf '%s\n' "${summary[@]}"
 exit $status
