@@ -1,0 +1,35 @@
+"""BLP: LP-planned aggregation trees for cross-DC all-reduce, their executor, and baselines.
+
+Our reading of BLP (the paper is closed-access; see DESIGN.md "Training
+model"): given the DC graph with per-direction capacities and latencies and
+the gradient size, choose aggregation trees over the graph (relaying through
+DCs allowed, only existing links) and the share of the gradient each carries
+so that the slowest link finishes first, as a (mixed-integer) linear program
+solved with HiGHS.  The executor runs exactly that plan between DC leaders.
+
+* :mod:`.model`     -- :class:`Plan`/:class:`Tree`, JSON, :func:`validate_plan`, the cost model
+* :mod:`.solver`    -- :func:`plan_blp` (LP or MIP)
+* :mod:`.baselines` -- ring / best ring / hierarchical / star on the same graph
+* :mod:`.executor`  -- :class:`~.executor.BlpAllReduce` (torch.distributed, imported on demand)
+* :mod:`.bench`     -- timing BLP against ``dist.all_reduce`` on initialised groups
+* :mod:`.cli`       -- ``testbed blp-plan``
+
+This package imports torch only in :mod:`.executor` and :mod:`.bench`, so
+planning works where torch is absent.
+"""
+
+from .baselines import (
+    SchemeCost,
+    baselines,
+    best_ring_cost,
+    hierarchical_cost,
+    ring_cost,
+    star_cost,
+)
+from .model import LinkLoad, Plan, PlanCost, Tree, evaluate, route_mismatches, validate_plan
+from .solver import auto_chunks, plan_blp
+
+__all__ = [
+    "LinkLoad", "Plan", "PlanCost", "SchemeCost", "Tree", "auto_chunks", "baselines", "best_ring_cost",
+    "evaluate", "hierarchical_cost", "plan_blp", "ring_cost", "route_mismatches", "star_cost", "validate_plan",
+]

@@ -1,0 +1,124 @@
+"""BlpAllReduce on loopback gloo: its result equals dist.all_reduce for several plans.
+
+One world of 6 processes runs every scenario (spawning is the expensive
+part): 3 DCs x 2 ranks with a planned 3-tree plan (point-to-point and
+collective intra-DC phases), 6 DCs x 1 rank with deep relayed trees, 2 DCs
+x 3 ranks with averaging and non-default leaders, uneven DCs, and a tensor
+smaller than the chunk count.  Byte accounting is checked exactly where every
+DC has one rank.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing
+import socket
+import time
+
+import networkx as nx
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.multiprocessing as mp  # noqa: E402
+
+from testbed.planning.executor import split_bounds  # noqa: E402
+from testbed.planning.model import Plan, Tree, evaluate  # noqa: E402
+from testbed.planning.solver import plan_blp  # noqa: E402
+
+from ._gloo_worker import WORLD, run_scenarios  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+def _graph(links: list[tuple[str, str, float]], delay: float = 0.01) -> nx.DiGraph:
+    g = nx.DiGraph()
+    for a, b, r in links:
+        g.add_edge(a, b, rate_bps=r, delay_s=delay)
+        g.add_edge(b, a, rate_bps=r, delay_s=delay)
+    return g
+
+
+def _hand_plan(graph: nx.DiGraph, trees: list[Tree], size: int = 4000) -> Plan:
+    return Plan(tuple(graph.nodes), size, tuple(trees), max(t.chunks for t in trees), "hand",
+                evaluate(graph, trees, size))
+
+
+def _rechunk(plan: Plan, chunks: int) -> Plan:
+    return dataclasses.replace(plan, trees=tuple(dataclasses.replace(t, chunks=chunks) for t in plan.trees))
+
+
+def _scenarios() -> list[tuple[str, Plan, dict[int, str], dict[str, int] | None, dict]]:
+    tri = _graph([("a", "b", 1e9), ("b", "c", 1e9), ("a", "c", 1e8)], delay=0.0)
+    tri_plan = _rechunk(plan_blp(tri, 100_000_000), 7)
+    assert len(tri_plan.trees) == 3
+    three = {0: "a", 1: "a", 2: "b", 3: "b", 4: "c", 5: "c"}
+    names = ["d0", "d1", "d2", "d3", "d4", "d5"]
+    chain = _graph([(names[i], names[i + 1], 1e8) for i in range(5)])
+    chain_plan = plan_blp(chain, 4000, chunks=5)
+    ring6 = _graph([(names[i], names[(i + 1) % 6], 1e8) for i in range(6)] + [("d0", "d3", 5e7)])
+    six_hand = _hand_plan(ring6, [
+        Tree("d2", {"d3": "d2", "d4": "d3", "d5": "d4", "d0": "d5", "d1": "d0"}, 0.5, 3),   # depth-5 relay
+        Tree("d0", {"d1": "d0", "d5": "d0", "d3": "d0", "d2": "d3", "d4": "d3"}, 0.3, 4),
+        Tree("d4", {"d5": "d4", "d3": "d4", "d2": "d3", "d1": "d2", "d0": "d1"}, 0.2, 2),
+    ])
+    one_each = {i: names[i] for i in range(6)}
+    two = _graph([("x", "y", 1e8)])
+    two_plan = plan_blp(two, 4000, chunks=3)
+    tiny = _hand_plan(tri, [Tree("a", {"b": "a", "c": "b"}, 0.6, 8), Tree("c", {"a": "c", "b": "a"}, 0.4, 8)])
+    return [
+        ("triangle-p2p", tri_plan, three, None, {"numel": 1001}),
+        ("triangle-window1", tri_plan, three, None, {"numel": 1001, "window": 1}),
+        ("chain-window2", chain_plan, one_each, None, {"numel": 777, "window": 2, "bytes": True}),
+        ("triangle-f64", tri_plan, three, None, {"numel": 999, "dtype": torch.float64}),
+        ("triangle-groups", tri_plan, three, None, {"numel": 1001, "groups": True}),
+        ("chain-relay", chain_plan, one_each, None, {"numel": 777, "bytes": True}),
+        ("ring6-hand", six_hand, one_each, None, {"numel": 1500, "bytes": True}),
+        ("two-dc-average", two_plan, {0: "x", 1: "x", 2: "x", 3: "y", 4: "y", 5: "y"}, {"x": 2, "y": 3},
+         {"numel": 640, "average": True}),
+        ("uneven", tri_plan, {0: "c", 1: "a", 2: "a", 3: "b", 4: "b", 5: "b"}, {"a": 2, "b": 5, "c": 0},
+         {"numel": 333}),
+        ("tiny", tiny, {i: "abc"[i % 3] for i in range(6)}, None, {"numel": 5}),
+    ]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_executor_matches_all_reduce(tmp_path):
+    scenarios = _scenarios()
+    errfile = str(tmp_path / "err")
+    # forkserver: one clean server process imports torch once and forks the ranks from it
+    # (spawn would import torch in each of 6 ranks; plain fork would copy pytest's state)
+    multiprocessing.get_context("forkserver").set_forkserver_preload(["tests.planning._gloo_worker"])
+    ctx = mp.start_processes(run_scenarios, args=(_free_port(), scenarios, errfile), nprocs=WORLD, join=False,
+                             start_method="forkserver")
+    deadline = time.monotonic() + 120
+    try:
+        while not ctx.join(timeout=1):
+            if time.monotonic() > deadline:
+                pytest.fail("executor test timed out (deadlock?)")
+    except (mp.ProcessRaisedException, mp.ProcessExitedException):
+        errs = "\n".join(p.read_text() for p in sorted(tmp_path.glob("err.*")))
+        pytest.fail(f"a rank failed:\n{errs}")
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+    bench = json.loads((tmp_path / "err.bench.json").read_text().splitlines()[0])
+    assert bench["numel"] == 3000 and len(bench["blp"]["times_s"]) == 2
+    assert bench["blp"]["median_s"] > 0 and bench["ring"]["median_s"] > 0 and bench["blp_over_ring"] > 0
+    assert bench["blp"]["predicted_s"] > 0
+
+
+def test_split_bounds_cover_tensor_in_order():
+    g = _graph([("a", "b", 1e9), ("b", "c", 1e9), ("a", "c", 1e8)])
+    plan = plan_blp(g, 10_000, chunks=16)
+    for numel in (1, 5, 16, 1001, 10_000):
+        flat = [r for tree in split_bounds(numel, plan) for r in tree]
+        assert flat[0][0] == 0 and flat[-1][1] == numel
+        assert all(a < b for a, b in flat)
+        assert all(flat[i][1] == flat[i + 1][0] for i in range(len(flat) - 1))
