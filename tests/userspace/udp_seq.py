@@ -1,0 +1,56 @@
+"""UDP with sequence numbers, for order and loss checks through the impaired path.
+
+``recv PORT IDLE_S``: prints ``ready``, then, after ``IDLE_S`` without a datagram
+(or the ``end`` marker), one line: the received sequence numbers as JSON.
+``send HOST PORT COUNT GAP_S``: COUNT datagrams numbered 0..COUNT-1, GAP_S apart,
+then ``end`` markers.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+
+
+def recv(port: int, idle_s: float) -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    sock.bind(("0.0.0.0", port))
+    print("ready", flush=True)
+    seqs: list[int] = []
+    sock.settimeout(10.0)  # the first datagram may be a while
+    while True:
+        try:
+            data = sock.recv(2048)
+        except TimeoutError:
+            break
+        sock.settimeout(idle_s)
+        if data == b"end":
+            break
+        seqs.append(int(data.split(b" ", 1)[0]))
+    print(json.dumps(seqs), flush=True)
+
+
+def send(host: str, port: int, count: int, gap_s: float) -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    pad = b" " + b"x" * 100
+    next_t = time.monotonic()
+    for seq in range(count):
+        sock.sendto(str(seq).encode() + pad, (host, port))
+        next_t += gap_s
+        delay = next_t - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+    time.sleep(0.2)
+    for _ in range(3):
+        sock.sendto(b"end", (host, port))
+        time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "recv":
+        recv(int(sys.argv[2]), float(sys.argv[3]))
+    else:
+        send(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]))

@@ -1,0 +1,272 @@
+"""Controller side: start, change, watch and stop one daemon per shaped interface.
+
+The daemon runs inside the router's network namespace, entered with
+``nsenter --net=...`` (which execs, so the child's pid is the daemon's).  The
+two sides share a state directory: ``shape.json`` (controller -> daemon, then
+SIGHUP) and ``health.json`` (daemon -> controller, rewritten every 100 ms).
+
+Death is seen two ways, both well within a second: the child's exit status
+(immediate, we are its parent) and the heartbeat's age (a hung or stopped
+daemon, or one started by another process).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ValidationError
+from . import rules
+from .daemon import HEALTH_FILE, SHAPE_FILE, write_json_atomic
+from .shape import ImpairmentShape
+
+#: A heartbeat older than this means the daemon is hung or gone.
+STALE_AFTER_S = 0.5
+_IFNAME = re.compile(r"[^\s/:'\"]{1,15}")
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+Netns = str | int | None
+
+
+def netns_prefix(netns: Netns) -> list[str]:
+    """Argument prefix that runs a command in ``netns``.
+
+    ``None``: the current namespace; an ``int``: the namespace of that pid (a
+    Mininet host's shell); a path: that namespace file; a name: ``ip netns``'s
+    ``/run/netns/NAME``.
+    """
+    if netns is None:
+        return []
+    if isinstance(netns, int):
+        path = f"/proc/{netns}/ns/net"
+    elif "/" in netns:
+        path = netns
+    else:
+        path = f"/run/netns/{netns}"
+    return ["nsenter", f"--net={path}", "--"]
+
+
+def check_ifname(ifname: str) -> None:
+    """Reject names Linux would refuse or that would confuse the rule marker (``:``)."""
+    if not _IFNAME.fullmatch(ifname) or len(ifname.encode()) > 15:
+        raise ValidationError("ifname", f"invalid interface name {ifname!r}",
+                              "1-15 characters, no whitespace, '/' or ':'")
+
+
+@dataclass(frozen=True)
+class Health:
+    """What :meth:`UserspaceImpairment.health` saw."""
+
+    alive: bool
+    state: str
+    reason: str = ""
+    age_s: float | None = None
+    generation: int = -1
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+class DaemonError(RuntimeError):
+    """The daemon failed to start or to apply a change (message has its stderr/error)."""
+
+
+class UserspaceImpairment:
+    """One impaired interface: a daemon holding its egress packets for delay/jitter/loss.
+
+    Use :meth:`start`; then :meth:`change`, :meth:`health`, :meth:`stop`.
+    """
+
+    def __init__(self, netns: Netns, ifname: str, state_dir: Path, proc: subprocess.Popen[bytes],
+                 shape: ImpairmentShape, own_state_dir: bool) -> None:
+        self.netns = netns
+        self.ifname = ifname
+        self.state_dir = state_dir
+        self.proc = proc
+        self.shape = shape
+        self.generation = 0
+        self._own_state_dir = own_state_dir
+        self._stopped = False
+        self._log = state_dir / "daemon.log"
+
+    # ----------------------------------------------------------------- start
+    @classmethod
+    def start(cls, netns: Netns, ifname: str, shape: ImpairmentShape | Any, queue_num: int | None = None,
+              *, state_dir: str | os.PathLike[str] | None = None, mechanism: str = "netlink",
+              python: str | None = None, ready_timeout_s: float = 10.0,
+              extra_args: Sequence[str] = ()) -> UserspaceImpairment:
+        """Start the daemon for ``ifname`` in ``netns``; returns once its rules are in place.
+
+        ``shape``: an :class:`ImpairmentShape` or anything with the same
+        attribute names (``from_any``).  ``queue_num``: the NFQUEUE number,
+        unique per namespace; default the interface's ifindex (unique there
+        by construction).  Raises :class:`DaemonError` with the daemon's
+        output if it is not running within ``ready_timeout_s``.
+        """
+        shape = ImpairmentShape.from_any(shape)
+        check_ifname(ifname)
+        own = state_dir is None
+        sdir = Path(tempfile.mkdtemp(prefix=f"tc-userspace-{ifname}-")) if own else Path(state_dir)
+        sdir.mkdir(parents=True, exist_ok=True)
+        (sdir / HEALTH_FILE).unlink(missing_ok=True)
+        write_json_atomic(sdir / SHAPE_FILE, {"generation": 0, "shape": shape.to_dict()})
+        argv = [*netns_prefix(netns), python or sys.executable, "-m", "traffic_control.userspace", "run",
+                "--ifname", ifname, "--state-dir", str(sdir), "--parent-pid", str(os.getpid()),
+                "--mechanism", mechanism, *extra_args]
+        if queue_num is not None:
+            argv += ["--queue", str(queue_num)]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+        with open(sdir / "daemon.log", "wb") as log:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    env=env, close_fds=True)
+        imp = cls(netns, ifname, sdir, proc, shape, own)
+        deadline = time.monotonic() + ready_timeout_s
+        while time.monotonic() < deadline:
+            data = imp._read_health()
+            if data and data.get("state") == "running":
+                return imp
+            if proc.poll() is not None or (data and data.get("state") == "failed"):
+                break
+            time.sleep(0.02)
+        detail = imp._log_tail()
+        # Only end the process: the rules for this interface may belong to a
+        # daemon that is already running there (a refused second start); a
+        # daemon that fails during its own start-up removes what it installed.
+        imp._stopped = True
+        imp._terminate(1.0)
+        if own:
+            shutil.rmtree(sdir, ignore_errors=True)
+        raise DaemonError(f"userspace impairment on {ifname} did not start: {detail}")
+
+    # ----------------------------------------------------------------- change
+    def change(self, shape: ImpairmentShape | Any, timeout_s: float = 2.0) -> None:
+        """Apply ``shape`` to packets arriving from now on; returns once the daemon has it."""
+        shape = ImpairmentShape.from_any(shape)
+        self.generation += 1
+        write_json_atomic(self.state_dir / SHAPE_FILE, {"generation": self.generation, "shape": shape.to_dict()})
+        self.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            data = self._read_health()
+            if data and data.get("generation") == self.generation:
+                self.shape = shape
+                return
+            if data and data.get("error"):
+                raise DaemonError(f"change on {self.ifname} failed: {data['error']}")
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.01)
+        raise DaemonError(f"change on {self.ifname} not applied within {timeout_s} s: {self.health().reason}")
+
+    # ----------------------------------------------------------------- health
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _read_health(self) -> dict[str, Any] | None:
+        try:
+            return json.loads((self.state_dir / HEALTH_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _log_tail(self, limit: int = 2000) -> str:
+        try:
+            return self._log.read_text(errors="replace")[-limit:].strip() or "(no output)"
+        except OSError:
+            return "(no log)"
+
+    def health(self) -> Health:
+        """Alive, or why not: exited (with status), failed (with error), or heartbeat stale."""
+        data = self._read_health() or {}
+        age = time.time() - data["time"] if "time" in data else None
+        state = data.get("state", "unknown")
+        gen = data.get("generation", -1)
+        stats = data.get("stats", {})
+        code = self.proc.poll()
+        if code is not None:
+            return Health(False, "dead", f"exited with status {code}: {self._log_tail(300)}", age, gen, stats)
+        if state == "failed":
+            return Health(False, "failed", str(data.get("error")), age, gen, stats)
+        if age is None or age > STALE_AFTER_S:
+            return Health(False, "stale", f"no heartbeat for {age if age is None else round(age, 3)} s", age, gen, stats)
+        return Health(state == "running", state, "", age, gen, stats)
+
+    # ----------------------------------------------------------------- stop
+    def stop(self, timeout_s: float = 3.0) -> None:
+        """Stop the daemon (SIGTERM, then SIGKILL) and remove this interface's rules.
+
+        Idempotent.  Rules are removed even if the daemon already died, which
+        ends the fail-closed state: call it when the run is over.
+        """
+        if self._stopped:
+            return
+        self._stopped = True
+        self._terminate(timeout_s)
+        cleanup(self.netns, self.ifname)
+        if self._own_state_dir:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+    def _terminate(self, timeout_s: float) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def cleanup(netns: Netns = None, ifname: str | None = None) -> int:
+    """Remove every rule this backend installed in ``netns`` (or for one interface there).
+
+    Works from the kernel's rule set alone (comment marker), so it is safe
+    after any crash; returns the number of rules removed.
+    """
+    return rules.remove(netns_prefix(netns), ifname)
+
+
+class Watchdog:
+    """Polls impairments in a thread and calls ``on_death(imp, health)`` once per death.
+
+    For the network builder: mark the run as soon as a link loses its
+    impairment (its traffic is then dropped: fail closed).
+    """
+
+    def __init__(self, impairments: Iterable[UserspaceImpairment],
+                 on_death: Callable[[UserspaceImpairment, Health], None], interval_s: float = 0.2) -> None:
+        self.impairments = list(impairments)
+        self.on_death = on_death
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._reported: set[int] = set()
+        self._thread = threading.Thread(target=self._run, name="tc-userspace-watchdog", daemon=True)
+
+    def start(self) -> Watchdog:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            for imp in self.impairments:
+                if imp._stopped or id(imp) in self._reported:
+                    continue
+                health = imp.health()
+                if not health.alive:
+                    self._reported.add(id(imp))
+                    self.on_death(imp, health)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()

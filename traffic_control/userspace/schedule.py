@@ -1,0 +1,107 @@
+"""When each held packet leaves: the pure timing logic, no sockets, no clock.
+
+Kept apart from the netlink code so it can be tested exhaustively without root
+and so both queue mechanisms (raw netlink, the ``netfilterqueue`` binding)
+share one definition of delay, jitter and loss.
+
+Two structures, both O(log n) or O(1) per packet, never O(n):
+
+* a FIFO (``deque``) when packets keep their order (no jitter, or jitter with
+  ``reorder=False``): release time ``max(previous release, arrival + delay +
+  jitter)`` is non-decreasing, so the head is always the next packet due;
+* a heap keyed by release time when jitter may reorder.
+
+A FIFO release is a *prefix of the held packets in kernel id order*, which is
+what lets the caller accept it with one batch verdict ("every id up to N").
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import deque
+
+from .shape import ImpairmentShape
+
+
+class Scheduler:
+    """Holds packet ids with their release times; decides loss at admission."""
+
+    def __init__(self, shape: ImpairmentShape) -> None:
+        self._fifo: deque[tuple[float, int]] = deque()
+        self._heap: list[tuple[float, int]] = []
+        self._last_due = float("-inf")
+        self._rng = random.Random(shape.seed)
+        self.shape = shape
+        self._configure(shape)
+
+    def _configure(self, shape: ImpairmentShape) -> None:
+        self._delay = shape.delay_s
+        self._jitter = shape.jitter_s
+        self._normal = shape.distribution == "normal"
+        self._loss = shape.loss_pct / 100.0
+        self._reorders = shape.reorders
+
+    def set_shape(self, shape: ImpairmentShape) -> None:
+        """Apply a new shape to packets admitted from now on.
+
+        Held packets keep their release times (as netem does on ``change``).
+        In FIFO mode a shorter delay therefore waits behind packets admitted
+        earlier until they leave: order is never broken by a change.  The RNG
+        is reseeded only when the seed itself changes, so changing the delay
+        does not replay the same loss pattern.
+        """
+        if shape.seed != self.shape.seed:
+            self._rng = random.Random(shape.seed)
+        self.shape = shape
+        self._configure(shape)
+
+    def __len__(self) -> int:
+        return len(self._fifo) + len(self._heap)
+
+    def admit(self, pkt_id: int, now: float) -> bool:
+        """Hold ``pkt_id`` arrived at ``now``; False means: drop it (loss)."""
+        rng = self._rng
+        if self._loss and rng.random() < self._loss:
+            return False
+        due = now + self._delay
+        if self._jitter:
+            sample = rng.gauss(0.0, self._jitter) if self._normal else rng.uniform(-self._jitter, self._jitter)
+            due = max(now, due + sample)
+        if self._reorders:
+            heapq.heappush(self._heap, (due, pkt_id))
+        else:
+            if due < self._last_due:
+                due = self._last_due
+            self._last_due = due
+            self._fifo.append((due, pkt_id))
+        return True
+
+    def next_due(self) -> float | None:
+        """Release time of the earliest held packet, or None when none is held."""
+        fifo, heap = self._fifo, self._heap
+        if fifo:
+            return min(fifo[0][0], heap[0][0]) if heap else fifo[0][0]
+        return heap[0][0] if heap else None
+
+    def pop_due(self, now: float, out: list[int]) -> bool:
+        """Append the ids due by ``now`` to ``out``; True if they may go as one batch.
+
+        Batchable means: only FIFO packets were released and no heap packet is
+        held, so every held id up to the last one released is being released.
+        """
+        fifo, heap = self._fifo, self._heap
+        from_heap = False
+        while heap and heap[0][0] <= now:
+            out.append(heapq.heappop(heap)[1])
+            from_heap = True
+        while fifo and fifo[0][0] <= now:
+            out.append(fifo.popleft()[1])
+        return not from_heap and not heap
+
+    def pop_all(self, out: list[int]) -> None:
+        """Append every held id (shutdown: let them go now)."""
+        out.extend(pkt_id for _, pkt_id in self._heap)
+        out.extend(pkt_id for _, pkt_id in self._fifo)
+        self._heap.clear()
+        self._fifo.clear()
