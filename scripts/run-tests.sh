@@ -10,6 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PY:-.venv/bin/python}"
 export PYTHONDONTWRITEBYTECODE=1
+export TESTBED_LEFTOVER_CHECK=1   # fail a pytest session that leaves tb-* objects behind
 status=0
 summary=()
 
@@ -24,13 +25,13 @@ summary+=("native tests: exit $rc")
 step "2/3 netem tests"
 if "$PY" -c 'from traffic_control.capabilities import has_netem; raise SystemExit(0 if has_netem() else 1)'; then
   echo "this kernel has sch_netem: netem tests run NATIVELY"
-  "$PY" -m pytest -q -m netem tests
+  "$PY" -m pytest -q -m netem tests/netem
   rc=$?
   summary+=("netem tests (native kernel): exit $rc")
 else
   echo "this kernel has no sch_netem: netem tests run INSIDE THE KERNEL LAB (stock Debian kernel under QEMU)"
   start=$(date +%s)
-  "$PY" -m testbed.cli lab --timeout 1200 -- "$PY" -m pytest -q -p no:cacheprovider -m netem tests
+  "$PY" -m testbed.cli lab --timeout 1200 -- "$PY" -m pytest -q -p no:cacheprovider -m netem tests/netem
   rc=$?
   summary+=("netem tests (kernel lab, $(( $(date +%s) - start )) s incl. boot): exit $rc")
 fi

@@ -37,7 +37,7 @@ from ..network.addressing import plan_network
 from ..network.emulation import IMPAIRMENTS
 
 KEYS = ("name", "description", "topology", "scale", "impairment", "allow_missing_netem", "repetitions", "seed",
-        "timeout", "training", "schemes", "collectors", "results_dir")
+        "timeout", "training", "schemes", "collectors", "results_dir", "schedule")
 COLLECTOR_KEYS = ("rate_hz", "links", "procs", "trace")
 
 
@@ -69,6 +69,7 @@ class ExperimentSpec:
     description: str = ""
     results_dir: str = "results"
     raw: dict[str, Any] = field(default_factory=dict)
+    schedule: list[Any] = field(default_factory=list)  # traffic_control.schedule.LinkEvent, played per trial
 
     @property
     def spec_hash(self) -> str:
@@ -157,6 +158,19 @@ def parse_experiment(data: Any, source: str = "") -> ExperimentSpec:
         raise ValidationError("schemes", "expected a non-empty list", "e.g. schemes: [bsp, asp, gsyn]")
     spec = ExperimentSpec(name, topo, [], reps, seed, imp, amn, timeout, collectors,
                           str(data.get("description", "")), str(data.get("results_dir", "results")), data)
+    if data.get("schedule"):
+        from traffic_control.schedule import load_schedule
+
+        sched = Path(source).parent / str(data["schedule"]) if source else Path(str(data["schedule"]))
+        try:
+            spec.schedule = load_schedule(sched)
+        except ValidationError as e:
+            raise e.under("schedule") from None
+        links = {(lk.a, lk.b) for lk in topo.links} | {(lk.b, lk.a) for lk in topo.links}
+        for ev in spec.schedule:
+            if (ev.src, ev.dst) not in links:
+                raise ValidationError("schedule", f"event at {ev.time_s:g} s names link {ev.src}->{ev.dst}, "
+                                      "which the topology lacks", "use adjacent DCs of the topology")
     workers = spec.workers()
     labels: set[str] = set()
     for i, entry in enumerate(raw_schemes):

@@ -227,10 +227,9 @@ def summarise(out: Path, points: list[tuple[dict[str, Any], dict[str, Any]]]) ->
             w.writeheader()
             w.writerows(rows)
     try:
-        from ..analysis.figures import sweep_figure  # type: ignore[attr-defined]
+        from ..analysis.report import Options, report
 
-        if rows:
-            sweep_figure(path, out / "figures")
-    except Exception:
-        pass
+        report(out / "points", Options(traces=False))
+    except Exception as e:  # the sweep's records and sweep.csv stand on their own
+        print(f"sweep report failed: {e} (rerun: testbed report {out / 'points'})")
     return path

@@ -148,6 +148,7 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
             procs.append(ProcInfo(job.name, job.host, job.role, job.rank, p, logf))
             if samplers is not None and spec.collectors.procs:
                 samplers.add_process(ProcTarget(p.pid, job.host, job.role, job.rank))
+        player = net.play(spec.schedule) if spec.schedule else None
         result = _supervise(procs, trial_dir, spec.timeout_s, scheme.label, rep, show, stopped,
                              lambda: net.impairment_failures)
     except KeyboardInterrupt:
@@ -156,6 +157,19 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
         result = TrialResult(scheme.label, rep, trial_dir, "failed", f"{type(e).__name__}: {e}")
     finally:
         _stop_all(procs)
+        if spec.schedule and "player" in locals() and player is not None:
+            player.stop()
+            manifest["schedule"] = {"applied": [[round(t, 3), ev.src, ev.dst, ev.changes, ev.state]
+                                                for t, ev in player.applied], "errors": player.errors}
+        if net.userspace:
+            stats = {}
+            for imp in net.userspace:
+                try:
+                    h = imp.health()
+                    stats[f"{getattr(imp, 'node', '?')}:{imp.ifname}"] = {"alive": h.alive, "stats": h.stats}
+                except Exception as e:
+                    stats[f"{getattr(imp, 'node', '?')}:{imp.ifname}"] = {"error": str(e)}
+            manifest["impairment_health"] = stats
         if samplers is not None:
             try:
                 manifest["sampler_stats"] = samplers.stop()

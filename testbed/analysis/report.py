@@ -1,0 +1,387 @@
+"""``testbed report``: traces, tables, figures and summary.md from stored records only.
+
+Accepts a trial, run or experiment directory.  It never reruns anything
+and never stops at the first damaged file: every step (a trace, a table, a
+figure) is attempted on its own, and what was missing, skipped or failed is
+collected into :class:`Report` and written into ``summary.md``.
+
+Manifest keys it reads when present (none is required):
+
+* run or trial ``manifest.json``: ``target`` = ``{"loss": x}`` or ``{"acc": y}``
+  (target for time-to-target), ``sweep`` = ``{param: value}`` (swept
+  parameter values of this run), ``predicted_optimum`` = ``{param: value}``
+  or ``{param: {scheme: value}}`` (e.g. the Gsyn planner's G),
+  ``link_capacity_bps`` = ``{"A->B": bps}``, ``plan`` = a BLP plan dict,
+  ``clock_offsets_ns`` = ``{host: ns}``;
+* ``plan.json`` in a trial or run directory: a BLP plan dict (figure 7).
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from testbed.analysis import figures, tables
+from testbed.collect.records import classify_dir, read_json, run_dirs, trial_dirs
+from testbed.collect.trace import GZIP_THRESHOLD_BYTES, merge_trial
+
+
+@dataclass
+class Report:
+    """What a report run produced and what it could not."""
+
+    root: Path
+    kind: str
+    outputs: list[Path] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    summary: Path | None = None
+
+    def merge(self, other: Report, prefix: str = "") -> None:
+        self.outputs += other.outputs
+        self.missing += [prefix + m for m in other.missing]
+        self.skipped += [prefix + m for m in other.skipped]
+        self.errors += [prefix + m for m in other.errors]
+
+
+@dataclass
+class Options:
+    target_loss: float | None = None
+    target_acc: float | None = None
+    steps: tuple[int, int] | None = None
+    traces: bool = True
+    gzip_threshold: int = GZIP_THRESHOLD_BYTES
+    show_traceback: bool = False
+
+
+def _attempt(rep: Report, what: str, fn: Callable[[], Any], opts: Options) -> Any:
+    """Run one step; NoData -> skipped, any other exception -> error (no traceback unless asked)."""
+    try:
+        return fn()
+    except figures.NoData as exc:
+        rep.skipped.append(f"{what}: {exc}")
+    except Exception as exc:
+        msg = f"{what}: {type(exc).__name__}: {exc}"
+        if opts.show_traceback:
+            msg += "\n" + traceback.format_exc()
+        rep.errors.append(msg)
+    return None
+
+
+def _resolve_target(opts: Options, manifests: list[dict[str, Any]], metrics: pd.DataFrame
+                    ) -> tuple[float | None, float | None, str]:
+    if opts.target_acc is not None:
+        return None, opts.target_acc, f"held-out accuracy >= {opts.target_acc:g} (command line)"
+    if opts.target_loss is not None:
+        return opts.target_loss, None, f"held-out loss <= {opts.target_loss:g} (command line)"
+    for m in manifests:
+        tgt = m.get("target")
+        if isinstance(tgt, dict):
+            if isinstance(tgt.get("acc"), (int, float)):
+                return None, float(tgt["acc"]), f"held-out accuracy >= {tgt['acc']:g} (manifest)"
+            if isinstance(tgt.get("loss"), (int, float)):
+                return float(tgt["loss"]), None, f"held-out loss <= {tgt['loss']:g} (manifest)"
+    loss, why = tables.default_target(metrics)
+    if loss is None:
+        return None, None, f"none ({why})"
+    return loss, None, f"held-out loss <= {loss:.4g}: the {why}"
+
+
+def _first_trial_per_scheme(t: tables.Tables) -> list[tuple[str, str, str]]:
+    """(run, trial, scheme) of the lowest repetition of each scheme (per run)."""
+    if t.trials.empty:
+        return []
+    df = t.trials.sort_values(["run", "scheme", "rep", "trial"], na_position="last")
+    first = df.groupby(["run", "scheme"], sort=True).head(1)
+    return [(str(r.run), str(r.trial), str(r.scheme)) for r in first.itertuples()]
+
+
+def _trial_manifest(t: tables.Tables, run: str, trial: str) -> dict[str, Any]:
+    row = t.trials[(t.trials["run"] == run) & (t.trials["trial"] == trial)]
+    if row.empty:
+        return {}
+    man, _ = read_json(Path(row["path"].iloc[0]) / "manifest.json")
+    return man
+
+
+def _plan_for(trial_path: Path, trial_manifest: dict[str, Any]) -> dict[str, Any] | None:
+    for p in (trial_path / "plan.json", trial_path.parent.parent / "plan.json"):
+        if p.exists():
+            plan, _ = read_json(p)
+            if plan:
+                return plan
+    plan = trial_manifest.get("plan")
+    return plan if isinstance(plan, dict) else None
+
+
+def _nan(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def _fmt(mean: float, hw: float, digits: int = 3, scale: float = 1.0) -> str:
+    """``mean ± hw`` with ``digits`` significant digits on the mean, hw to the same decimals."""
+    if _nan(mean):
+        return "n/a"
+    m = mean * scale
+    dec = 0 if m == 0 else max(0, digits - 1 - int(math.floor(math.log10(abs(m)))))
+    s = f"{m:.{dec}f}"
+    if not _nan(hw):
+        s += f" ± {hw * scale:.{dec}f}"
+    return s
+
+
+def _pct(mean: float, hw: float) -> str:
+    if _nan(mean):
+        return "n/a"
+    s = f"{100 * mean:.1f} %"
+    if not _nan(hw):
+        s += f" ± {100 * hw:.1f}"
+    return s
+
+
+def summary_markdown(root: Path, kind: str, summary: pd.DataFrame, trials: pd.DataFrame,
+                     target_text: str, rep: Report, group_cols: list[str]) -> str:
+    """The summary.md text: per-scheme table, per-trial table, outputs, what is missing."""
+    lines = [f"# Report: {root.name}", "",
+             f"Generated by `testbed report` from the stored records of this {kind} directory "
+             "(nothing was rerun).", "",
+             f"Target for time-to-target: {target_text}.", ""]
+    if summary.empty:
+        lines += ["No trial produced usable records, so there is no table.", ""]
+    else:
+        lines += ["## Per scheme", "",
+                  "Mean ± half-width of the 95 % confidence interval over trials (Student t); "
+                  "no interval with one trial.", ""]
+        head = [c.removeprefix("sweep_") for c in group_cols] + [
+            "trials", "time to target (s)", "throughput (worker steps/s)", "updates/s",
+            "exposed sync share", "waiting share", "mean staleness", "WAN (MB)", "final loss"]
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "---|" * len(head))
+        for _, r in summary.iterrows():
+            def g(m: str, r: pd.Series = r) -> tuple[float, float]:
+                return r.get(m, math.nan), r.get(f"{m}_ci95", math.nan)
+            cells = [str(r[c]) for c in group_cols] + [
+                str(int(r["trials"])), _fmt(*g("time_to_target_s")), _fmt(*g("steps_per_s")),
+                _fmt(*g("updates_per_s")), _pct(*g("exposed_sync_share")), _pct(*g("wait_share")),
+                _fmt(*g("mean_staleness")), _fmt(*g("wan_bytes"), scale=1e-6),
+                _fmt(*g("final_loss"))]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines += ["",
+                  "Definitions: *throughput* = worker steps completed per second of trial wall "
+                  "time, summed over workers (multiply by the batch size for samples/s); "
+                  "*updates/s* = model updates applied per second (metrics.csv); *exposed sync "
+                  "share* = time a worker's main thread spent synchronizing (or blocked on its "
+                  "comm thread) while not computing, over step time; *waiting* = other blocked "
+                  "time (barriers, SSP bound); *WAN* = bytes sent on all sampled WAN egresses "
+                  "(interface counters, so protocol overhead included); *time to target* = first "
+                  "evaluation reaching the target (n/a: never reached or no metrics).", ""]
+    if not trials.empty:
+        lines += ["## Per trial", "",
+                  "| trial | time to target (s) | worker steps/s | exposed sync | "
+                  "mean staleness | WAN MB (links) | WAN-sync MB (spans) |",
+                  "|---|---|---|---|---|---|---|"]
+        for _, r in trials.iterrows():
+            name = f"{r['run']}/{r['trial']}" if r.get("run") else str(r["trial"])
+            lines.append(
+                f"| {name} | {_fmt(r['time_to_target_s'], math.nan)} | "
+                f"{_fmt(r['steps_per_s'], math.nan)} | {_pct(r['exposed_sync_share'], math.nan)} | "
+                f"{_fmt(r['mean_staleness'], math.nan)} | {_fmt(r['wan_bytes'], math.nan, scale=1e-6)}"
+                f" | {_fmt(r['wan_bytes_spans'], math.nan, scale=1e-6)} |")
+        lines += ["", "WAN bytes from interface counters include headers and retransmissions; "
+                  "span bytes count the payload of `wan_sync` spans only.", ""]
+    figs = sorted({p.with_suffix("").name for p in rep.outputs if p.suffix == ".pdf"})
+    if figs:
+        lines += ["## Figures", "", "In `figures/` (PDF for papers, PNG for viewing): "
+                  + ", ".join(f"`{f}`" for f in figs) + ".", ""]
+    traces = [p for p in rep.outputs if p.name.startswith("trace.json")]
+    if traces:
+        lines += [f"Traces: {len(traces)} (`trials/*/trace.json[.gz]`; open in ui.perfetto.dev "
+                  "or chrome://tracing).", ""]
+    if rep.missing or rep.skipped or rep.errors:
+        lines += ["## Missing or damaged records", ""]
+        lines += [f"- {m}" for m in rep.missing] or ["- none"]
+        if rep.skipped:
+            lines += ["", "Skipped (nothing to draw):", ""] + [f"- {m}" for m in rep.skipped]
+        if rep.errors:
+            lines += ["", "Failed:", ""] + [f"- {m.splitlines()[0]}" for m in rep.errors]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _draw_common(t: tables.Tables, tabs: dict[str, pd.DataFrame], fig_dir: Path, rep: Report,
+                 opts: Options, per_trial: bool = True) -> None:
+    def add(what: str, fn: Callable[[], list[Path]]) -> None:
+        out = _attempt(rep, what, fn, opts)
+        if out:
+            rep.outputs.extend(out)
+
+    firsts = _first_trial_per_scheme(t) if per_trial else []
+    multi_run = t.trials["run"].nunique() > 1 if not t.trials.empty else False
+    for run, trial, _scheme in firsts:
+        tag = f"{run}_{trial}" if multi_run else trial
+        add(f"figure timeline_{tag}", lambda run=run, trial=trial, tag=tag: figures.timeline(
+            tabs["spans"], fig_dir, trial=trial, run=run, steps=opts.steps, name=f"timeline_{tag}"))
+        man = _trial_manifest(t, run, trial)
+        caps = man.get("link_capacity_bps")
+        add(f"figure links_{tag}", lambda run=run, trial=trial, tag=tag, caps=caps: figures.links(
+            tabs["link_rates"], fig_dir, trial=trial, run=run,
+            capacities_bps=caps if isinstance(caps, dict) else None, name=f"links_{tag}"))
+        path = Path(t.trials[(t.trials["run"] == run) & (t.trials["trial"] == trial)]["path"].iloc[0])
+        plan = _plan_for(path, man)
+        if plan is not None:
+            add(f"figure blp_plan_{tag}", lambda plan=plan, tag=tag: figures.plan(
+                plan, fig_dir, name=f"blp_plan_{tag}"))
+    add("figure convergence_loss", lambda: figures.convergence(tabs["metrics"], fig_dir, "loss"))
+    if "acc" in tabs["metrics"].columns and pd.to_numeric(
+            tabs["metrics"]["acc"], errors="coerce").notna().any():
+        add("figure convergence_acc", lambda: figures.convergence(tabs["metrics"], fig_dir, "acc"))
+    add("figure breakdown", lambda: figures.breakdown(tabs["steps"], fig_dir))
+    add("figure staleness", lambda: figures.staleness(tabs["staleness"], fig_dir))
+
+
+# display label and factor of well-known swept parameters (manifest values in SI units)
+SWEEP_X = {
+    "groups": ("Group count G", 1.0), "experts": ("Expert count E", 1.0),
+    "rate_bps": ("WAN bandwidth (Mbit/s)", 1e-6), "bandwidth_bps": ("WAN bandwidth (Mbit/s)", 1e-6),
+    "bandwidth_mbps": ("WAN bandwidth (Mbit/s)", 1.0), "rtt_s": ("WAN RTT (ms)", 1e3),
+    "rtt_ms": ("WAN RTT (ms)", 1.0), "delay_s": ("WAN one-way delay (ms)", 1e3),
+    "delay_ms": ("WAN one-way delay (ms)", 1.0), "loss_pct": ("WAN loss (%)", 1.0),
+    "staleness": ("Staleness bound s (versions)", 1.0), "workers": ("Workers (count)", 1.0),
+}
+_SWEEP_Y = {"steps_per_s": "Throughput (worker steps/s)", "time_to_target_s": "Time to target (s)"}
+
+
+def _predicted(manifests: list[dict[str, Any]], param: str) -> dict[str, float] | float | None:
+    for m in manifests:
+        p = m.get("predicted_optimum")
+        if isinstance(p, dict) and param in p:
+            v = p[param]
+            if isinstance(v, (int, float)):
+                return float(v)
+            if isinstance(v, dict):
+                return {str(k): float(x) for k, x in v.items() if isinstance(x, (int, float))}
+    return None
+
+
+def _draw_sweeps(trials: pd.DataFrame, fig_dir: Path, rep: Report, opts: Options,
+                 manifests: list[dict[str, Any]]) -> list[str]:
+    cols = [c for c in trials.columns if c.startswith("sweep_")
+            and pd.to_numeric(trials[c], errors="coerce").nunique() >= 2]
+    for c in cols:
+        param = c.removeprefix("sweep_")
+        xlabel, factor = SWEEP_X.get(param, (f"{param} (as in the spec)", 1.0))
+        vals = pd.to_numeric(trials[c], errors="coerce").dropna()
+        logx = bool((vals > 0).all() and vals.max() / vals.min() >= 8)
+        for y, ylabel in _SWEEP_Y.items():
+            out = _attempt(rep, f"figure sweep_{y}_vs_{param}", lambda c=c, y=y, ylabel=ylabel,
+                           param=param, xlabel=xlabel, factor=factor, logx=logx: figures.sweep(
+                               trials, c, y, fig_dir, name=f"sweep_{y}_vs_{param}", xlabel=xlabel,
+                               ylabel=ylabel, predicted=_predicted(manifests, param), logx=logx,
+                               x_factor=factor), opts)
+            if out:
+                rep.outputs.extend(out)
+    return cols
+
+
+def _report_tables(root: Path, kind: str, t: tables.Tables, manifests: list[dict[str, Any]],
+                   rep: Report, opts: Options) -> None:
+    """Tables, figures and summary.md for one directory.
+
+    At experiment level the per-trial figures (timeline, links, plan) are
+    left to the runs, and pooled figures are drawn only when no parameter is
+    swept (pooling different bandwidths into one curve would mislead).
+    """
+    rep.missing.extend(t.problems)
+    tl, ta, target_text = _resolve_target(opts, manifests, t.metrics)
+    tabs = _attempt(rep, "tables", lambda: tables.all_tables(t, tl, ta), opts) or {}
+    sweep_cols: list[str] = []
+    if tabs:
+        fig_dir = root / "figures"
+        sweep_cols = _draw_sweeps(tabs["trials"], fig_dir, rep, opts, manifests)
+        if kind != "experiment" or not sweep_cols:
+            _draw_common(t, tabs, fig_dir, rep, opts, per_trial=kind != "experiment")
+        if sweep_cols:
+            tabs["summary"] = tables.scheme_summary(tabs["trials"], by=["scheme"] + sweep_cols)
+        written = _attempt(rep, "write tables", lambda: tables.write_tables(tabs, root / "tables"),
+                           opts)
+        if written:
+            rep.outputs.extend(written[0])
+            rep.skipped.extend(written[1])
+    summary = tabs.get("summary", pd.DataFrame())
+    trials = tabs.get("trials", pd.DataFrame())
+    text = summary_markdown(root, kind, summary, trials, target_text, rep,
+                            ["scheme"] + sweep_cols if not summary.empty else [])
+    path = root / "summary.md"
+    try:
+        path.write_text(text, encoding="utf-8")
+        rep.summary = path
+        rep.outputs.append(path)
+    except OSError as exc:
+        rep.errors.append(f"summary.md: {exc}")
+
+
+def report_run(path: Path, opts: Options | None = None) -> Report:
+    """Report on a trial dir or a run dir (outputs go into that directory)."""
+    opts = opts or Options()
+    path = Path(path)
+    kind = classify_dir(path)
+    rep = Report(path, kind)
+    tdirs = [path] if kind == "trial" else trial_dirs(path)
+    if opts.traces:
+        for d in tdirs:
+            res = _attempt(rep, f"trace {d.name}",
+                           lambda d=d: merge_trial(d, opts.gzip_threshold), opts)
+            if res is None:
+                continue
+            out, problems = res
+            if out is not None:
+                rep.outputs.append(out)
+            else:
+                rep.skipped.append(f"{d.name}/trace: no spans or samples to merge")
+            rep.missing.extend(f"{d.name}/{p}" for p in problems if p.startswith("trace: "))
+    t = tables.load(path)
+    manifests = []
+    if kind == "run":
+        m, _ = read_json(path / "manifest.json")
+        manifests.append(m)
+    manifests += [read_json(d / "manifest.json")[0] for d in tdirs]
+    _report_tables(path, kind, t, manifests, rep, opts)
+    return rep
+
+
+def report_experiment(path: Path, opts: Options | None = None) -> Report:
+    """Report on every run, then experiment-wide tables, sweep figures and summary.md."""
+    opts = opts or Options()
+    path = Path(path)
+    rep = Report(path, "experiment")
+    runs = run_dirs(path)
+    for rd in runs:
+        sub = report_run(rd, opts)
+        rep.outputs += sub.outputs
+        rep.errors += [f"{rd.name}: {e}" for e in sub.errors]
+        rep.skipped += [f"{rd.name}: {s}" for s in sub.skipped]
+    t = tables.load(path)
+    manifests = [read_json(rd / "manifest.json")[0] for rd in runs]
+    _report_tables(path, "experiment", t, manifests, rep, opts)
+    return rep
+
+
+def report(path: Path, opts: Options | None = None) -> Report:
+    """Report on whatever ``path`` is: trial, run or experiment directory."""
+    path = Path(path)
+    kind = classify_dir(path)
+    if kind == "experiment":
+        return report_experiment(path, opts)
+    if kind in ("trial", "run"):
+        return report_run(path, opts)
+    rep = Report(path, kind)
+    rep.errors.append(f"{path}: not a trial, run or experiment directory "
+                      "(expected events/, samples/ or metrics.csv; trials/; or run directories)")
+    return rep

@@ -1,0 +1,126 @@
+"""Shared fixtures: root check, topology files in tmp_path, the CLI, and a leftover check.
+
+The leftover check runs once at the end of a session that ran as root: any
+``tb-*`` network namespace, root-namespace link, cgroup or marked process that
+was not there when the session started is reported (and the session fails),
+then removed so the next run starts clean.  Objects of other prefixes
+(``uqt*``, ``cltest*``, ``decoy*``...) are never looked at.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+@pytest.fixture
+def need_root() -> None:
+    """Skip the test unless it runs as root (network namespaces, tc, cgroups)."""
+    if not is_root():
+        pytest.skip("needs root (network namespaces and tc)")
+
+
+def _write(tmp_path: Path, spec: dict[str, Any] | str, name: str = "topo.yaml") -> Path:
+    p = tmp_path / name
+    if isinstance(spec, str):
+        p.write_text(spec)
+    elif name.endswith(".json"):
+        p.write_text(json.dumps(spec))
+    else:
+        p.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return p
+
+
+@pytest.fixture
+def write_topology(tmp_path: Path) -> Callable[..., Path]:
+    """``write_topology(spec_dict_or_text, name="topo.yaml") -> Path`` inside tmp_path."""
+
+    def write(spec: dict[str, Any] | str, name: str = "topo.yaml") -> Path:
+        return _write(tmp_path, spec, name)
+
+    return write
+
+
+def cli_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.pop("TESTBED_OWNER", None)  # never let a test's CLI look like a testbed-owned process
+    return env
+
+
+def run_cli(*args: str, timeout: float = 120, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """``python -m testbed.cli ARGS`` from the repository root; stdout and stderr captured."""
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", *args], cwd=REPO, env=cli_env(),
+                       capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"testbed {' '.join(args)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+@pytest.fixture
+def cli() -> Callable[..., subprocess.CompletedProcess[str]]:
+    return run_cli
+
+
+def tb_objects() -> dict[str, list[str]]:
+    """Every ``tb-*`` object on the machine (namespaces, links, cgroups, marked processes)."""
+    from testbed.network.cleanup import leftovers
+
+    return leftovers()
+
+
+# ------------------------------------------------------------ leftover check
+_AT_START: dict[str, list[str]] = {}
+
+
+def _check_enabled() -> bool:
+    """Opt-in (``TESTBED_LEFTOVER_CHECK=1``, set by ``make test``): on a shared development machine
+    another session's live network would look like this session's leftovers."""
+    return is_root() and os.environ.get("TESTBED_LEFTOVER_CHECK") == "1"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if _check_enabled():
+        try:
+            _AT_START.update(tb_objects())
+        except Exception:  # pragma: no cover - a broken import is reported by the tests themselves
+            pass
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not _check_enabled():
+        return
+    try:
+        now = tb_objects()
+    except Exception:  # pragma: no cover
+        return
+    new = {k: sorted(set(v) - set(_AT_START.get(k, []))) for k, v in now.items()}
+    new = {k: v for k, v in new.items() if v}
+    if not new:
+        return
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    msg = "testbed objects left behind by this session (removed now): " + json.dumps(new)
+    if tr is not None:
+        tr.write_sep("=", "tb-* LEFTOVERS", red=True)
+        tr.write_line(msg)
+    else:  # pragma: no cover
+        print(msg, file=sys.stderr)
+    from testbed.network.cleanup import cleanup
+
+    cleanup()
+    if session.exitstatus == 0:
+        session.exitstatus = 1
