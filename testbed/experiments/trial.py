@@ -21,6 +21,7 @@ import platform
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,10 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from ..network.emulation import EmulatedNetwork
+from ..training.supervise import ProcSpec, Supervisor
 from .spec import ExperimentSpec, SchemeRun
-
-POLL_S = 0.2
-GRACE_S = 3.0
 
 
 @dataclass
@@ -119,6 +118,7 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
                           log=say)
     procs: list[ProcInfo] = []
     samplers = None
+    player = None
     t_start = time.monotonic()
     try:
         net.start()
@@ -140,7 +140,10 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
         # server first, so workers find it listening
         order = sorted(zip(jobs, paths), key=lambda jp: 0 if jp[0].role == "server" else 1)
         env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="eth0")
-        for job, path in order:
+        specs = [ProcSpec(job.name, job.role, primary=job.role == "worker", payload=(job, path)) for job, path in order]
+
+        def start(ps: ProcSpec) -> Any:
+            job, path = ps.payload
             logf = trial_dir / "logs" / f"{job.name}.log"
             with logf.open("wb") as fh:
                 p = net.popen(job.host, command_for(path, job), stdout=fh, stderr=subprocess.STDOUT,
@@ -148,16 +151,24 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
             procs.append(ProcInfo(job.name, job.host, job.role, job.rank, p, logf))
             if samplers is not None and spec.collectors.procs:
                 samplers.add_process(ProcTarget(p.pid, job.host, job.role, job.rank))
+            return p
+
         player = net.play(spec.schedule) if spec.schedule else None
-        result = _supervise(procs, trial_dir, spec.timeout_s, scheme.label, rep, show, stopped,
-                             lambda: net.impairment_failures)
+        sup = Supervisor(specs, start, timeout_s=spec.timeout_s)
+        monitor = _Monitor(sup, trial_dir, scheme.label, rep, show, stopped, lambda: net.impairment_failures)
+        monitor.start()
+        try:
+            res = sup.run()
+        finally:
+            monitor.stop()
+        result = _result(res, monitor, scheme.label, rep, trial_dir, procs)
     except KeyboardInterrupt:
         result = TrialResult(scheme.label, rep, trial_dir, "interrupted", "Ctrl-C")
     except Exception as e:
         result = TrialResult(scheme.label, rep, trial_dir, "failed", f"{type(e).__name__}: {e}")
     finally:
         _stop_all(procs)
-        if spec.schedule and "player" in locals() and player is not None:
+        if player is not None:
             player.stop()
             manifest["schedule"] = {"applied": [[round(t, 3), ev.src, ev.dst, ev.changes, ev.state]
                                                 for t, ev in player.applied], "errors": player.errors}
@@ -211,41 +222,52 @@ def _prepare_training(spec: ExperimentSpec, training: dict[str, Any], trial_dir:
     return training
 
 
-def _supervise(procs: list[ProcInfo], trial_dir: Path, timeout_s: float, label: str, rep: int,
-               show: Callable[[str], None], stopped: Callable[[], bool],
-               faults: Callable[[], list[str]] = list) -> TrialResult:
-    start = time.monotonic()
-    workers = [p for p in procs if p.role == "worker"]
-    last_show = 0.0
-    while True:
-        for p in procs:
-            if p.returncode is None:
-                p.returncode = p.popen.poll()
-        if faults():
-            return TrialResult(label, rep, trial_dir, "failed", "link impairment lost: " + "; ".join(faults()))
-        failed = [p for p in procs if p.returncode not in (None, 0)]
-        if failed:
-            p = failed[0]
-            tail = p.log.read_text(errors="replace").strip().splitlines()[-3:] if p.log.exists() else []
-            return TrialResult(label, rep, trial_dir, "failed",
-                               f"{p.name} exited with status {p.returncode}: {' | '.join(tail)}")
-        if workers and all(p.returncode == 0 for p in workers):
-            # workers done: give the server a moment to finish its records
-            deadline = time.monotonic() + GRACE_S
-            while time.monotonic() < deadline and any(p.popen.poll() is None for p in procs):
-                time.sleep(0.05)
-            return TrialResult(label, rep, trial_dir, "ok")
-        elapsed = time.monotonic() - start
-        if elapsed > timeout_s:
-            return TrialResult(label, rep, trial_dir, "timeout", f"trial exceeded {timeout_s:g} s")
-        if stopped():
-            return TrialResult(label, rep, trial_dir, "interrupted", "stopped by the user")
-        if time.monotonic() - last_show > 0.5:
-            m = _tail_metrics(trial_dir)
+class _Monitor(threading.Thread):
+    """Live progress line, and the reasons to stop a trial from outside: Ctrl-C, a lost impairment."""
+
+    def __init__(self, sup: Any, trial_dir: Path, label: str, rep: int, show: Callable[[str], None],
+                 stopped: Callable[[], bool], faults: Callable[[], list[str]]) -> None:
+        super().__init__(name="trial-monitor", daemon=True)
+        self.sup, self.trial_dir, self.label, self.rep = sup, trial_dir, label, rep
+        self.show, self.stopped, self.faults = show, stopped, faults
+        self.cause = ""  # "interrupted" | "impairment"
+        self._halt = threading.Event()
+        self._t0 = time.monotonic()
+
+    def run(self) -> None:
+        while not self._halt.wait(0.5):
+            if self.stopped() and not self.cause:
+                self.cause = "interrupted"
+                self.sup.request_stop("stopped by the user (Ctrl-C)")
+            if self.faults() and not self.cause:
+                self.cause = "impairment"
+                self.sup.request_stop("link impairment lost: " + "; ".join(self.faults()))
+            m = _tail_metrics(self.trial_dir)
             loss = m.get("loss", "")
-            show(f"{label} r{rep}: step {m.get('step', 0)}  loss {loss[:6] if loss else '-'}  {elapsed:5.1f} s")
-            last_show = time.monotonic()
-        time.sleep(POLL_S)
+            self.show(f"{self.label} r{self.rep}: step {m.get('step', 0)}  loss {loss[:6] if loss else '-'}  "
+                      f"{time.monotonic() - self._t0:5.1f} s")
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=2)
+
+
+def _result(res: Any, monitor: _Monitor, label: str, rep: int, trial_dir: Path,
+            procs: list[ProcInfo]) -> TrialResult:
+    codes = {p.name: p.returncode for p in res.procs}
+    for p in procs:
+        p.returncode = codes.get(p.name, p.popen.poll())
+    if res.ok:
+        return TrialResult(label, rep, trial_dir, "ok")
+    if monitor.cause == "interrupted":
+        return TrialResult(label, rep, trial_dir, "interrupted", res.reason)
+    status = "timeout" if "timeout" in res.reason.lower() or "timed out" in res.reason.lower() else "failed"
+    reason = res.reason
+    bad = next((p for p in procs if p.name == res.first_failure), None)
+    if bad is not None and bad.log.exists():
+        tail = bad.log.read_text(errors="replace").strip().splitlines()[-3:]
+        reason += " | " + " | ".join(tail)
+    return TrialResult(label, rep, trial_dir, status, reason)
 
 
 def _stop_all(procs: list[ProcInfo]) -> None:

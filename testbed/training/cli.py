@@ -1,0 +1,63 @@
+"""``testbed gsyn-plan SPEC [--json]``: predict the best Gsyn group count from measured inputs.
+
+SPEC is a YAML or JSON file of planner inputs (fields documented in
+``testbed.training.gsyn_plan``).  Exit 0 with the table (or JSON), 2 with
+a field-named error for a bad spec.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from traffic_control.errors import ValidationError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser(
+        "gsyn-plan",
+        help="predict the best number of Gsyn groups from measured compute/sync/round-trip times",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("spec", help="YAML/JSON planner inputs (see testbed.training.gsyn_plan)")
+    p.add_argument("--json", action="store_true", help="print the full plan as JSON")
+    p.set_defaults(func=gsyn_plan_cmd)
+
+
+def gsyn_plan_cmd(args: argparse.Namespace) -> int:
+    import yaml
+
+    from testbed.training.gsyn_plan import format_plan, load_spec, plan
+
+    path = Path(args.spec)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        print(f"error: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    try:
+        data = yaml.safe_load(text)
+        result = plan(load_spec(data))
+    except yaml.YAMLError as exc:
+        print(f"error: {path}: not YAML/JSON: {exc}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:
+        print(f"error: {path}: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result.to_dict(), indent=2) if args.json else format_plan(result))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone use: ``python -m testbed.training.cli gsyn-plan SPEC``."""
+    parser = argparse.ArgumentParser(prog="testbed")
+    register(parser.add_subparsers(dest="cmd", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

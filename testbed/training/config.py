@@ -1,0 +1,322 @@
+"""The ``training`` section of an experiment spec, validated into :class:`TrainingConfig`.
+
+Example (every key but ``workload`` and ``scheme`` has a default)::
+
+    training:
+      workload: {name: charlm, batch_size: 16}     # or just: workload: digits
+      scheme: {name: gsyn, groups: 2}              # or: scheme: {name: ssp, staleness: 2}
+      optimizer: {name: sgd, lr: 0.05, momentum: 0.0}
+      stop: {steps: 200, wall_s: 120, target: {metric: loss, value: 2.2}}
+      eval_every: 10
+      device: auto
+      threads: 1
+      seed: 0
+      slowdown:
+        - {dcs: [b], factor: 2.0}
+        - {hosts: [a1], delay: {dist: exponential, mean_s: 0.02}}
+
+``validate_training(cfg, workers=...)`` raises
+``traffic_control.errors.ValidationError(field_path, problem, fix)`` for
+anything wrong, before any process starts.  Standard library only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from testbed.training.schema import ValidationError, from_mapping, to_plain
+from testbed.training.schemes import SCHEMES
+from testbed.training.workloads import WORKLOADS
+
+__all__ = [
+    "DelayDist", "FaultConfig", "NamedParams", "OptimizerConfig", "SlowdownRule", "StopConfig", "TargetConfig",
+    "TrainingConfig", "validate_training", "workers_of",
+]
+
+
+@dataclass
+class NamedParams:
+    """A registry name plus its validated parameter dataclass (``{name: ..., **params}`` in YAML)."""
+
+    name: str
+    params: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **to_plain(self.params)}
+
+
+@dataclass
+class OptimizerConfig:
+    """Applied by every BSP worker, and by the parameter server for PS schemes."""
+
+    name: Literal["sgd", "adam"] = "sgd"
+    lr: float = 0.05
+    momentum: float = 0.0  # sgd only
+    weight_decay: float = 0.0
+
+    def check(self, field: str) -> None:
+        if self.lr <= 0:
+            raise ValidationError(f"{field}.lr", f"must be > 0, got {self.lr}", "use e.g. 0.05")
+        if not 0 <= self.momentum < 1:
+            raise ValidationError(f"{field}.momentum", "must be in [0, 1)", "use e.g. 0.9")
+        if self.weight_decay < 0:
+            raise ValidationError(f"{field}.weight_decay", "must be >= 0", "use 0 or more")
+
+
+@dataclass
+class TargetConfig:
+    """Stop when the held-out metric reaches ``value`` (acc >= value, loss <= value)."""
+
+    metric: Literal["loss", "acc"]
+    value: float
+
+
+@dataclass
+class StopConfig:
+    """When to stop; whichever comes first.  One of ``steps``/``wall_s`` is required.
+
+    ``steps``: local iterations per worker (BSP: global steps; PS schemes:
+    pushes per worker; Gsyn: pushes per group).  ``wall_s``: seconds since
+    the trial's t0.  ``target``: a held-out metric threshold, checked at
+    every evaluation.
+    """
+
+    steps: int | None = 100
+    wall_s: float | None = None
+    target: TargetConfig | None = None
+
+    def check(self, field: str) -> None:
+        if self.steps is None and self.wall_s is None:
+            raise ValidationError(f"{field}.steps", "neither steps nor wall_s is set",
+                                  "set steps or wall_s so a run that never reaches its target still ends")
+        if self.steps is not None and self.steps < 1:
+            raise ValidationError(f"{field}.steps", f"must be >= 1, got {self.steps}", "use a positive count")
+        if self.wall_s is not None and self.wall_s <= 0:
+            raise ValidationError(f"{field}.wall_s", f"must be > 0, got {self.wall_s}", "use positive seconds")
+
+
+@dataclass
+class DelayDist:
+    """Random extra compute delay per step, in seconds.
+
+    ``constant``: ``value_s``; ``uniform``: ``low_s``..``high_s``;
+    ``exponential``: mean ``mean_s``; ``normal``: ``mean_s``, ``std_s``
+    (clipped at 0); ``lognormal``: median ``median_s``, log-space ``sigma``.
+    ``prob``: chance that a step gets the delay at all (spiky stragglers).
+    """
+
+    dist: Literal["constant", "uniform", "exponential", "normal", "lognormal"]
+    value_s: float | None = None
+    low_s: float | None = None
+    high_s: float | None = None
+    mean_s: float | None = None
+    std_s: float | None = None
+    median_s: float | None = None
+    sigma: float | None = None
+    prob: float = 1.0
+
+    _NEEDS = {
+        "constant": ("value_s",), "uniform": ("low_s", "high_s"), "exponential": ("mean_s",),
+        "normal": ("mean_s", "std_s"), "lognormal": ("median_s", "sigma"),
+    }
+
+    def check(self, field: str) -> None:
+        needs = self._NEEDS[self.dist]
+        for name in needs:
+            v = getattr(self, name)
+            if v is None:
+                raise ValidationError(f"{field}.{name}", f"missing for dist {self.dist}", f"give {', '.join(needs)}")
+            if v < 0:
+                raise ValidationError(f"{field}.{name}", "must be >= 0", "use non-negative seconds")
+        for f in dataclasses.fields(self):
+            if f.name not in ("dist", "prob", *needs) and getattr(self, f.name) is not None:
+                raise ValidationError(f"{field}.{f.name}", f"not used by dist {self.dist}",
+                                      f"{self.dist} takes {', '.join(needs)}")
+        if self.dist == "uniform" and self.low_s > self.high_s:  # type: ignore[operator]
+            raise ValidationError(f"{field}.high_s", "must be >= low_s", "swap them")
+        if not 0 < self.prob <= 1:
+            raise ValidationError(f"{field}.prob", "must be in (0, 1]", "use e.g. 0.1")
+
+
+@dataclass
+class SlowdownRule:
+    """Compute slowdown for the selected hosts (both lists empty = every worker).
+
+    ``factor`` multiplies each step's compute time (>= 1; the extra is
+    slept); ``delay`` adds a random extra time.  Several rules matching one
+    host multiply their factors and add their delays.
+    """
+
+    hosts: list[str] = field(default_factory=list)
+    dcs: list[str] = field(default_factory=list)
+    factor: float = 1.0
+    delay: DelayDist | None = None
+
+    def check(self, field: str) -> None:
+        if self.factor < 1:
+            raise ValidationError(f"{field}.factor", f"must be >= 1, got {self.factor}",
+                                  "slowdown only adds time; use 1 for none")
+
+    def matches(self, host: str, dc: str) -> bool:
+        if not self.hosts and not self.dcs:
+            return True
+        return host in self.hosts or dc in self.dcs
+
+
+@dataclass
+class FaultConfig:
+    """Deliberate crash of one worker, to exercise supervision (tests, demos).
+
+    The worker with ``host`` (or ``rank``) fails when it begins step
+    ``step``: ``mode: raise`` raises (exit status 1, records flushed);
+    ``kill`` sends itself SIGKILL (records only up to the last periodic flush).
+    """
+
+    step: int
+    host: str | None = None
+    rank: int | None = None
+    mode: Literal["raise", "kill"] = "raise"
+
+    def check(self, field: str) -> None:
+        if (self.host is None) == (self.rank is None):
+            raise ValidationError(f"{field}.host", "give exactly one of host or rank", "name the worker to crash")
+        if self.step < 0:
+            raise ValidationError(f"{field}.step", "must be >= 0", "use a step number")
+
+
+@dataclass
+class TrainingConfig:
+    """Validated ``training`` section; ``to_dict`` round-trips through ``validate_training``."""
+
+    workload: Any  # NamedParams over WORKLOADS
+    scheme: Any  # NamedParams over SCHEMES
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    stop: StopConfig = field(default_factory=StopConfig)
+    eval_every: int = 10  # BSP: steps; PS schemes: server updates
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int = 1  # torch intra-op threads per process
+    seed: int = 0
+    slowdown: list[SlowdownRule] = field(default_factory=list)
+    rendezvous_port: int = 29500  # torch.distributed TCP store on rank 0's address
+    server_port: int = 29600  # parameter server listens on its host's address
+    comm_timeout_s: float = 300.0  # collective / server-reply timeout
+    connect_timeout_s: float = 60.0  # how long a worker retries reaching the server
+    save_model: bool = False  # write models/<role>.<rank>.pt (final flat parameters) at the end
+    fault: FaultConfig | None = None  # deliberate worker crash (supervision tests)
+
+    def check(self, field: str) -> None:
+        if self.eval_every < 1:
+            raise ValidationError(f"{field}.eval_every", "must be >= 1", "use e.g. 10")
+        if self.threads < 1:
+            raise ValidationError(f"{field}.threads", "must be >= 1", "use 1 (default)")
+        for name in ("rendezvous_port", "server_port"):
+            port = getattr(self, name)
+            if not 1 <= port <= 65535:
+                raise ValidationError(f"{field}.{name}", f"{port} is not a TCP port", "use 1..65535")
+        if self.rendezvous_port == self.server_port:
+            raise ValidationError(f"{field}.server_port", "equals rendezvous_port", "use different ports")
+        if self.comm_timeout_s <= 0 or self.connect_timeout_s <= 0:
+            raise ValidationError(f"{field}.comm_timeout_s", "timeouts must be > 0", "use positive seconds")
+
+    @property
+    def uses_server(self) -> bool:
+        return bool(self.scheme.params.uses_server)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = to_plain(self)
+        out["workload"] = self.workload.to_dict()
+        out["scheme"] = self.scheme.to_dict()
+        return out
+
+
+def _named(registry: Any, value: Any, field: str) -> NamedParams:
+    if isinstance(value, NamedParams):
+        return value
+    if isinstance(value, str):
+        name, params = value, {}
+    elif isinstance(value, Mapping):
+        if "name" not in value:
+            raise ValidationError(f"{field}.name", "missing", f"use one of {', '.join(registry.names())}")
+        name = value["name"]
+        params = {k: v for k, v in value.items() if k != "name"}
+    else:
+        raise ValidationError(field, f"expected a name or a mapping, got {type(value).__name__}",
+                              f"e.g. {{name: {registry.names()[0]}}}")
+    if not isinstance(name, str):
+        raise ValidationError(f"{field}.name", f"expected a string, got {name!r}", "write a name")
+    registry.entry(name, f"{field}.name")
+    return NamedParams(name, registry.parse_params(name, params, field))
+
+
+def workers_of(workers: Mapping[str, str] | Sequence[Any] | None) -> list[tuple[str, str]] | None:
+    """Normalise ``{host: dc}`` or ``[(host, dc)]`` / placements with ``.host``/``.dc``."""
+    if workers is None:
+        return None
+    if isinstance(workers, Mapping):
+        return [(str(h), str(d)) for h, d in workers.items()]
+    out = []
+    for w in workers:
+        if hasattr(w, "host"):
+            out.append((w.host, w.dc))
+        else:
+            h, d = w
+            out.append((str(h), str(d)))
+    return out
+
+
+def validate_training(
+    cfg: Any,
+    workers: Mapping[str, str] | Sequence[Any] | None = None,
+    field: str = "training",
+) -> TrainingConfig:
+    """Check the training section; ``workers`` (host -> DC, in rank order) enables the checks
+    that need the hosts (G vs worker count, group membership, slowdown host/DC names)."""
+    if isinstance(cfg, TrainingConfig):
+        cfg = cfg.to_dict()
+    if not isinstance(cfg, Mapping):
+        raise ValidationError(field, f"expected a mapping, got {type(cfg).__name__}", "write a YAML mapping")
+    for key in ("workload", "scheme"):
+        if key not in cfg:
+            reg = WORKLOADS if key == "workload" else SCHEMES
+            raise ValidationError(f"{field}.{key}", "missing", f"add {key}: {{name: ...}} ({', '.join(reg.names())})")
+    data = dict(cfg)
+    data["workload"] = _named(WORKLOADS, cfg["workload"], f"{field}.workload")
+    data["scheme"] = _named(SCHEMES, cfg["scheme"], f"{field}.scheme")
+    tc = from_mapping(TrainingConfig, data, field)
+    hook = getattr(tc.scheme.params, "check_training", None)  # cross-section checks of a scheme (pgcs)
+    if callable(hook):
+        hook(tc, workers_of(workers), f"{field}.scheme")
+    _check_against_workers(tc, workers_of(workers), field)
+    return tc
+
+
+def _check_against_workers(tc: TrainingConfig, workers: list[tuple[str, str]] | None, field: str) -> None:
+    if workers is None:
+        return
+    if not workers:
+        raise ValidationError(field, "no worker hosts", "give the topology at least one trainer host")
+    hosts = {h for h, _ in workers}
+    dcs = {d for _, d in workers}
+    if len(hosts) != len(workers):
+        raise ValidationError(field, "two workers share a host name", "give every worker its own host")
+    if tc.scheme.name == "gsyn":
+        tc.scheme.params.resolve(workers, f"{field}.scheme.groups")
+    if tc.fault is not None:
+        f = tc.fault
+        if f.host is not None and f.host not in hosts:
+            raise ValidationError(f"{field}.fault.host", f"host {f.host!r} is not a worker host",
+                                  f"use hosts from: {', '.join(sorted(hosts))}")
+        if f.rank is not None and not 0 <= f.rank < len(workers):
+            raise ValidationError(f"{field}.fault.rank", f"no worker rank {f.rank}", f"use 0..{len(workers) - 1}")
+    for i, rule in enumerate(tc.slowdown):
+        for h in rule.hosts:
+            if h not in hosts:
+                raise ValidationError(f"{field}.slowdown[{i}].hosts", f"host {h!r} is not a worker host",
+                                      f"use hosts from: {', '.join(sorted(hosts))}")
+        for d in rule.dcs:
+            if d not in dcs:
+                raise ValidationError(f"{field}.slowdown[{i}].dcs", f"DC {d!r} has no worker",
+                                      f"use DCs from: {', '.join(sorted(dcs))}")

@@ -1,0 +1,76 @@
+"""torch.distributed set-up for workers: the gloo world, subgroups, ring order.
+
+The world holds the N workers only (the parameter server talks TCP, see
+``wire``).  Rendezvous is a TCP store on rank 0's address and the job's
+rendezvous port; gloo's own connections use the interface named by
+``GLOO_SOCKET_IFNAME`` (set from the job by ``runtime.setup_process``), so
+all of it crosses the emulated network.  ``new_group`` is collective over
+the whole world: every rank creates every subgroup, in the same order.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+
+import torch.distributed as dist
+
+from testbed.collect.recorder import Recorder
+from testbed.training.jobs import Job, Peer
+
+
+def init_world(job: Job, rec: Recorder) -> None:
+    with rec.span("wait", what="rendezvous", peer=f"{job.rendezvous_addr}:{job.rendezvous_port}"):
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://{job.rendezvous_addr}:{job.rendezvous_port}",
+            rank=job.rank,
+            world_size=job.world_size,
+            timeout=timedelta(seconds=job.training.comm_timeout_s),
+        )
+
+
+def close_world() -> None:
+    """Tear the world down on success; skipped while an exception propagates (called from a
+    ``finally``), because destroying a group whose peers are mid-collective can block, and
+    the failing process is about to exit anyway."""
+    if sys.exc_info()[0] is not None:
+        return
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def make_subgroups(groups: Sequence[Sequence[int]], timeout_s: float) -> list[object | None]:
+    """One process group per rank list (None for singletons); called identically on every rank."""
+    out: list[object | None] = []
+    for ranks in groups:
+        if len(ranks) > 1:
+            out.append(dist.new_group(sorted(ranks), timeout=timedelta(seconds=timeout_s)))
+        else:
+            out.append(None)
+    return out
+
+
+def dc_order(peers: Sequence[Peer]) -> list[str]:
+    """DC names in order of first appearance among the ranks."""
+    seen: list[str] = []
+    for p in peers:
+        if p.dc not in seen:
+            seen.append(p.dc)
+    return seen
+
+
+def ring_order(peers: Sequence[Peer], ranks: Sequence[int]) -> list[int]:
+    """``ranks`` sorted by (DC order, rank): the ring crosses each DC boundary once per direction."""
+    order = dc_order(peers)
+    return sorted(ranks, key=lambda r: (order.index(peers[r].dc), r))
+
+
+def ranks_by_dc(peers: Sequence[Peer]) -> list[list[int]]:
+    return [[p.rank for p in peers if p.dc == dc] for dc in dc_order(peers)]
+
+
+def sync_phase(peers: Sequence[Peer], ranks: Sequence[int]) -> str:
+    """``intra_sync`` when all ranks are in one DC, else ``wan_sync``."""
+    return "intra_sync" if len({peers[r].dc for r in ranks}) <= 1 else "wan_sync"

@@ -1,0 +1,393 @@
+"""Building blocks for overlapping gradient synchronization with compute (PGCS and its baselines).
+
+Our reading of PGCS (closed-access paper; DESIGN.md "Training model"): E >= 2
+experts (separate parameter sets); at step ``t`` the main thread computes
+expert ``t mod E`` while a *communication thread* synchronizes the gradients
+of earlier experts; an expert's sync and update complete before its next
+compute (no stale update).  This module holds what that needs, so the
+scheme (``schemes/pgcs.py``) is only the schedule:
+
+* :class:`CommThread` / :class:`Ticket` - a FIFO of communication jobs run on
+  one dedicated thread; the main thread waits on a job's ticket.
+* :class:`GradSync` - the sum of a flat CPU buffer over all workers by ring
+  all-reduce, hierarchical all-reduce, or the BLP executor, recorded as
+  spans with their payload bytes.  It creates its **own** process groups
+  (``dist.new_group``) at set-up, used only by whichever thread runs the
+  syncs: gloo collectives on one group from two threads are unsafe.  The
+  BLP executor (``testbed.planning.executor``) sends point-to-point on the
+  default group; in PGCS only the communication thread communicates while
+  it lives, so the default group has a single user as well.
+* :class:`ExpertSlot` / :func:`build_experts` - one expert's model in a flat
+  buffer (:class:`~testbed.training.flat.FlatModel`, one extra slot for a
+  stop flag that travels in the same all-reduce), its optimizer and
+  update count, and CPU staging when the model is on CUDA (gloo sends CPU
+  tensors).
+* :class:`ExpertEvaluator` - held-out loss per expert on a background
+  thread, written to ``metrics.csv`` with the ``expert`` column set.
+* :func:`make_buckets` - DDP-style gradient buckets (reverse parameter order).
+
+Standard torch.distributed only; nothing here imports Mininet.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from testbed.collect.recorder import Recorder, events_path
+from testbed.training import dist as tdist
+from testbed.training.collectives import StarReducer, ring_allreduce, star_broadcast
+from testbed.training.evaluator import MetricsWriter
+from testbed.training.flat import FlatModel, make_optimizer
+from testbed.training.jobs import Job
+from testbed.training.workloads import build_workload
+from testbed.training.workloads.base import Workload
+
+__all__ = ["CommThread", "ExpertEvaluator", "ExpertSlot", "GradSync", "Ticket", "build_experts",
+           "comm_recorder", "make_buckets", "wait_ticket"]
+
+
+# ----------------------------------------------------------------------------- comm thread
+class Ticket:
+    """Completion of one communication job: ``result`` or the exception it raised."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def finish(self, result: Any = None, error: BaseException | None = None) -> None:
+        self.result, self.error = result, error
+        self._done.set()
+
+    def wait(self, slice_s: float = 1.0) -> Any:
+        """Block until done (in slices, so signals reach the main thread); re-raise the job's error."""
+        while not self._done.wait(slice_s):
+            pass
+        if self.error is not None:
+            raise RuntimeError("communication job failed") from self.error
+        return self.result
+
+    @staticmethod
+    def completed(result: Any) -> Ticket:
+        t = Ticket()
+        t.finish(result)
+        return t
+
+
+class CommThread:
+    """One thread running submitted jobs in order (the order is the same on every worker).
+
+    After a job fails, every later job fails at once with the same error
+    (its collective partners may be gone), so no waiter hangs.
+    """
+
+    def __init__(self, name: str = "comm") -> None:
+        self._q: queue.Queue[tuple[Callable[[], Any], Ticket] | None] = queue.Queue()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], Any]) -> Ticket:
+        ticket = Ticket()
+        self._q.put((fn, ticket))
+        return ticket
+
+    def _loop(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            fn, ticket = item
+            if self._error is not None:
+                ticket.finish(error=self._error)
+                continue
+            try:
+                ticket.finish(fn())
+            except BaseException as e:  # noqa: BLE001 - handed to the waiter
+                self._error = e
+                ticket.finish(error=e)
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Finish the queued jobs and stop; a thread stuck in a collective is left (daemon)."""
+        self._q.put(None)
+        self._thread.join(timeout_s)
+
+
+def wait_ticket(ticket: Ticket, rec: Recorder, step: int, **extra: Any) -> Any:
+    """Wait for ``ticket``; if that blocks, record the blocked time as a ``wait`` span (exposed sync)."""
+    if ticket.done():
+        return ticket.wait()
+    start = rec.now_ns()
+    try:
+        return ticket.wait()
+    finally:
+        rec.emit("wait", start, rec.now_ns() - start, step=step, **extra)
+
+
+def comm_recorder(job: Job, main: Recorder) -> Recorder:
+    """Span recorder of the communication thread (role ``comm``), on the main recorder's clock."""
+    rec = Recorder(events_path(job.out_dir, job.host, "comm", job.rank), host=job.host, dc=job.dc, rank=job.rank,
+                   role="comm", t0_ns=job.t0_ns, static={"scheme": job.training.scheme.name})
+    # Same monotonic->wall mapping as the main thread's recorder, so the order of spans on the
+    # two tracks (sync end vs. next compute start) is exact, not subject to two clock readings.
+    rec._offset = main._offset  # noqa: SLF001
+    return rec
+
+
+# ----------------------------------------------------------------------------- synchronization
+class GradSync:
+    """Sum a flat CPU buffer over all workers; ``kind`` = ``allreduce`` | ``hierarchical`` | ``blp``.
+
+    Construct on every worker in the same order (it creates process groups,
+    a collective call).  ``__call__(buf, rec, step, **extra)`` runs one sync
+    and records its spans on ``rec`` (``wan_sync`` across DCs, ``intra_sync``
+    inside one; extra keys such as ``expert`` are added) and returns the
+    payload bytes this worker sent.
+    """
+
+    def __init__(self, job: Job, kind: str, plan: Any = None) -> None:
+        self.kind = kind
+        self.rank = job.rank
+        peers = job.peers
+        everyone = list(range(job.world_size))
+        timeout = timedelta(seconds=job.training.comm_timeout_s)
+        self.group = dist.new_group(everyone, timeout=timeout) if job.world_size > 1 else None
+        self.ring = tdist.ring_order(peers, everyone)
+        self.phase = tdist.sync_phase(peers, everyone)
+        if kind == "hierarchical":
+            self.dcs = tdist.ranks_by_dc(peers)
+            self.leaders = [m[0] for m in self.dcs]
+            self.dc_groups = tdist.make_subgroups(self.dcs, job.training.comm_timeout_s)
+            self.leader_group = tdist.make_subgroups([self.leaders], job.training.comm_timeout_s)[0]
+            self.my_dc = next(i for i, m in enumerate(self.dcs) if self.rank in m)
+            self.reduce = StarReducer()
+        elif kind == "blp":
+            from testbed.planning.executor import BlpAllReduce
+
+            if plan is None:
+                raise ValueError("sync: blp needs a plan")
+            self.plan = plan
+            self.blp = BlpAllReduce(plan, self.rank, {p.rank: p.dc for p in peers})
+        elif kind != "allreduce":
+            raise ValueError(f"unknown sync kind {kind!r}")
+
+    def __call__(self, buf: torch.Tensor, rec: Recorder, step: int, **extra: Any) -> int:
+        if self.kind == "allreduce":
+            with rec.span(self.phase, step=step, op="ring_allreduce", peers=len(self.ring), **extra) as sp:
+                sent = ring_allreduce(buf, self.ring, self.group)
+                sp["bytes"] = sent
+            return sent
+        if self.kind == "blp":
+            with rec.span(self.phase, step=step, op="blp", predicted_s=round(self.plan.predicted_time_s, 6),
+                          **extra) as sp:
+                sent = sum(self.blp(buf).values())
+                sp["bytes"] = sent
+            return sent
+        members, leader = self.dcs[self.my_dc], self.dcs[self.my_dc][0]
+        group = self.dc_groups[self.my_dc]
+        total = 0
+        with rec.span("intra_sync", step=step, op="reduce", peer=leader, **extra) as sp:
+            sp["bytes"] = n = self.reduce(buf, leader, members, group)
+            total += n
+        if self.rank == leader and len(self.leaders) > 1:
+            with rec.span("wan_sync", step=step, op="ring_allreduce", peers=len(self.leaders), **extra) as sp:
+                sp["bytes"] = n = ring_allreduce(buf, self.leaders, self.leader_group)
+                total += n
+        with rec.span("intra_sync", step=step, op="broadcast", peer=leader, **extra) as sp:
+            sp["bytes"] = n = star_broadcast(buf, leader, members, group)
+            total += n
+        return total
+
+
+# ----------------------------------------------------------------------------- experts
+@dataclass
+class ExpertSlot:
+    """One expert: its workload (data, loss, evaluation), flat model, optimizer, update count."""
+
+    index: int
+    workload: Workload
+    flat: FlatModel  # extra >= 1: grad_buf[n] carries the stop flag
+    opt: torch.optim.Optimizer
+    updates: int = 0
+    backward_s: float = 0.0  # duration of the last backward (ddp_overlap pads the step before it)
+    _staging: torch.Tensor | None = field(default=None, repr=False)
+
+    @property
+    def n(self) -> int:
+        return self.flat.n
+
+    def sync_buffer(self, lo: int = 0, hi: int | None = None) -> torch.Tensor:
+        """CPU view of ``grad_buf[lo:hi]`` (default: the gradient plus the flag slot) for gloo.
+
+        On CPU it is the gradient buffer itself; on CUDA a pinned staging copy
+        (made here, by the caller's thread).
+        """
+        hi = self.n + 1 if hi is None else hi
+        if self.flat.device.type == "cpu":
+            return self.flat.grad_buf[lo:hi]
+        if self._staging is None:
+            self._staging = torch.zeros(self.n + 1, pin_memory=torch.cuda.is_available())
+        self._staging[lo:hi].copy_(self.flat.grad_buf[lo:hi])
+        return self._staging[lo:hi]
+
+    def unstage(self, lo: int = 0, hi: int | None = None) -> None:
+        """Copy a synchronized range back to the device (no-op on CPU)."""
+        hi = self.n + 1 if hi is None else hi
+        if self._staging is not None and self.flat.device.type != "cpu":
+            self.flat.grad_buf[lo:hi].copy_(self._staging[lo:hi])
+
+
+def build_experts(ctx: Any, count: int) -> list[ExpertSlot]:
+    """The E experts of this run.
+
+    A multi-expert workload (one with ``expert_workloads()``) gives its own
+    experts; any other workload is replicated: expert 0 is the context's
+    workload and model, expert ``k`` a copy seeded ``seed + 1000 k``.
+    """
+    from testbed.training.workloads.experts import expert_seed
+
+    tc = ctx.job.training
+    wl = ctx.workload
+    slots = []
+    if hasattr(wl, "expert_workloads"):
+        subs = wl.expert_workloads()
+        if len(subs) != count:
+            raise ValueError(f"workload has {len(subs)} experts, scheme expects {count}")
+        flats = [FlatModel(s.build_model(), ctx.device, extra=1) for s in subs]
+    else:
+        subs = [wl] + [build_workload(tc.workload.name, tc.workload.params, expert_seed(tc.seed, k))
+                       for k in range(1, count)]
+        flats = [ctx.flat] + [FlatModel(s.build_model(), ctx.device, extra=1) for s in subs[1:]]
+    for k, (sub, flat) in enumerate(zip(subs, flats)):
+        slots.append(ExpertSlot(k, sub, flat, make_optimizer(tc.optimizer, flat.plist)))
+    return slots
+
+
+def make_buckets(flat: FlatModel, buckets: int) -> list[tuple[int, int, list[int]]]:
+    """DDP-style buckets: ``(lo, hi, param indices)`` in reverse parameter order.
+
+    As DDP's ``bucket_cap_mb``: walking the parameters backwards, a bucket is
+    closed once it holds at least ``n / buckets`` elements.  A parameter is
+    never split, so the count is about ``buckets`` (fewer when one parameter
+    is most of the model, e.g. 1 for the synthetic workload's single
+    vector).  Ranges are contiguous in the flat gradient and together cover
+    ``[0, n)``; the first bucket (the last parameters, ready first in
+    backward) is returned first.
+    """
+    sizes = [p.numel() for p in flat.plist]
+    offs = [0]
+    for s in sizes:
+        offs.append(offs[-1] + s)
+    cap = flat.n / max(1, buckets)
+    out: list[tuple[int, int, list[int]]] = []
+    hi, members = flat.n, []
+    for i in reversed(range(len(sizes))):
+        members.append(i)
+        if hi - offs[i] >= cap:
+            out.append((offs[i], hi, members))
+            hi, members = offs[i], []
+    if members:
+        out.append((0, hi, members))
+    return out
+
+
+# ----------------------------------------------------------------------------- evaluation
+class ExpertEvaluator:
+    """Held-out evaluation per expert on a background thread; rows ``expert = k`` in ``metrics.csv``.
+
+    ``submit`` snapshots an expert's parameters (a copy) and returns; the
+    thread evaluates the newest pending snapshot of each expert (older ones
+    are dropped), writes ``step,wall_s,loss,acc,expert,updates`` and an
+    ``eval`` span.  ``reached`` is set when every expert meets ``target``.
+    """
+
+    def __init__(self, workloads: Sequence[Workload], rec: Recorder, metrics_path: str | Path,
+                 target: Any | None = None, device: torch.device | str = "cpu") -> None:
+        self.workloads = list(workloads)
+        self.rec = rec
+        self.target = target
+        self.flats = [FlatModel(w.build_model(), device) for w in self.workloads]
+        for f in self.flats:
+            f.model.eval()
+        self.writer = MetricsWriter(metrics_path)
+        self.reached = threading.Event()
+        self.last: dict[int, dict[str, Any]] = {}
+        self._cv = threading.Condition()
+        self._pending: dict[int, tuple[int, int, float, torch.Tensor]] = {}
+        self._busy = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="expert-eval", daemon=True)
+        self._thread.start()
+
+    def submit(self, expert: int, step: int, updates: int, params: torch.Tensor) -> None:
+        snap = params.detach().to("cpu", copy=True)
+        with self._cv:
+            self._pending[expert] = (step, updates, self.rec.wall_s(), snap)
+            self._cv.notify_all()
+
+    def final(self, expert: int, step: int, updates: int, params: torch.Tensor) -> None:
+        """Evaluate the expert's final state unless that update count was already evaluated."""
+        self.drain()
+        last = self.last.get(expert)
+        if last is None or last["updates"] != updates:
+            self.submit(expert, step, updates, params)
+        self.drain()
+
+    def drain(self) -> None:
+        with self._cv:
+            while self._pending or self._busy:
+                self._cv.wait(0.05)
+
+    def close(self) -> None:
+        self.drain()
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        self._thread.join(timeout=5)
+        self.writer.close()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._pending and not self._closed:
+                    self._cv.wait()
+                if not self._pending:
+                    return
+                expert = min(self._pending)
+                step, updates, wall_s, snap = self._pending.pop(expert)
+                self._busy = True
+            try:
+                self._evaluate(expert, step, updates, wall_s, snap)
+            finally:
+                with self._cv:
+                    self._busy = False
+                    self._cv.notify_all()
+
+    def _evaluate(self, expert: int, step: int, updates: int, wall_s: float, snap: torch.Tensor) -> None:
+        flat = self.flats[expert]
+        with self.rec.span("eval", step=step, expert=expert, updates=updates) as sp:
+            flat.load(snap.to(flat.device))
+            res = self.workloads[expert].evaluate(flat.model)
+            sp.set(loss=res.get("loss"), acc=res.get("acc"))
+        self.writer.write(step, wall_s, res.get("loss"), res.get("acc"), updates, expert=expert)
+        self.last[expert] = {"step": step, "updates": updates, "wall_s": wall_s, **res}
+        t = self.target
+        if t is not None and len(self.last) == len(self.workloads):
+            ok = []
+            for r in self.last.values():
+                v = r.get(t.metric)
+                ok.append(v is not None and (v >= t.value if t.metric == "acc" else v <= t.value))
+            if all(ok):
+                self.reached.set()

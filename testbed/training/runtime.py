@@ -1,0 +1,188 @@
+"""What every training process sets up, and the compute step all schemes share.
+
+* process setup: ``GLOO_SOCKET_IFNAME`` from the job's interface (so gloo's
+  traffic uses the emulated interface), torch threads (default 1: the
+  hosts share few cores and timings must mean something), seeds, device
+  (``auto`` = CUDA when available), SIGTERM -> ``SystemExit`` so records are
+  flushed when the supervisor stops a process;
+* the slowdown model (a fixed factor and/or random extra delay, slept after
+  the real compute, inside the ``compute`` span);
+* :class:`WorkerContext.compute`: one forward/backward on this worker's
+  shard, padded (synthetic) and slowed down, recorded as a ``compute`` span.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from testbed.collect.recorder import Recorder, events_path
+from testbed.training.flat import FlatModel
+from testbed.training.jobs import Job
+from testbed.training.workloads import build_workload
+
+
+def setup_process(job: Job) -> torch.device:
+    """Environment, threads, seeds and device for this process; returns the device."""
+    if job.ifname:
+        os.environ["GLOO_SOCKET_IFNAME"] = job.ifname
+    torch.set_num_threads(job.training.threads)
+    seed = job.training.seed * 1000 + job.rank
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    signal.signal(signal.SIGTERM, _sigterm)
+    return resolve_device(job.training.device)
+
+
+def _sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def resolve_device(pref: str) -> torch.device:
+    if pref == "cuda" or (pref == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise RuntimeError("device: cuda asked for, but torch sees no CUDA device")
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def make_recorder(job: Job) -> Recorder:
+    return Recorder(events_path(job.out_dir, job.host, job.role, job.rank), host=job.host, dc=job.dc,
+                    rank=job.rank, role=job.role, t0_ns=job.t0_ns, static={"scheme": job.training.scheme.name})
+
+
+class Slowdown:
+    """Extra compute time: ``(factor - 1) * measured`` plus draws from the job's delay distributions."""
+
+    def __init__(self, factor: float, delays: list[Any], seed: int) -> None:
+        self.factor = factor
+        self.delays = delays
+        self.rng = np.random.default_rng(seed)
+
+    def extra_s(self, measured_s: float) -> float:
+        extra = (self.factor - 1.0) * measured_s
+        for d in self.delays:
+            if d.prob < 1.0 and self.rng.random() >= d.prob:
+                continue
+            extra += self._draw(d)
+        return max(0.0, extra)
+
+    def _draw(self, d: Any) -> float:
+        r = self.rng
+        if d.dist == "constant":
+            return d.value_s
+        if d.dist == "uniform":
+            return float(r.uniform(d.low_s, d.high_s))
+        if d.dist == "exponential":
+            return float(r.exponential(d.mean_s))
+        if d.dist == "normal":
+            return max(0.0, float(r.normal(d.mean_s, d.std_s)))
+        if d.dist == "lognormal":
+            return float(d.median_s * np.exp(r.normal(0.0, d.sigma)))
+        raise ValueError(d.dist)
+
+
+class WorkerContext:
+    """One worker's model, data, recorder and stop rules; schemes drive it."""
+
+    def __init__(self, job: Job, *, grad_extra: int = 1, param_extra: int = 2) -> None:
+        self.job = job
+        self.device = setup_process(job)
+        self.rec = make_recorder(job)
+        tc = job.training
+        self.workload = build_workload(tc.workload.name, tc.workload.params, tc.seed)
+        self.flat = FlatModel(self.workload.build_model(), self.device, extra=max(grad_extra, param_extra))
+        self.slowdown = Slowdown(job.slowdown_factor, job.slowdown_delays, tc.seed * 7919 + job.rank)
+        self.deadline_s = tc.stop.wall_s
+        self.max_steps = tc.stop.steps
+        self.last_loss: float | None = None
+
+    # -- stop rules -------------------------------------------------------------
+    def steps_done(self, step: int) -> bool:
+        """True when ``step`` (0-based) is past the step budget."""
+        return self.max_steps is not None and step >= self.max_steps
+
+    def wall_exceeded(self) -> bool:
+        return self.deadline_s is not None and self.rec.wall_s() >= self.deadline_s
+
+    def is_last(self, step: int) -> bool:
+        """Whether the step about to finish is this worker's last by its own rules."""
+        return self.steps_done(step + 1) or self.wall_exceeded()
+
+    # -- the compute step ---------------------------------------------------------
+    def compute(self, step: int, shard: int, num_shards: int, **extra: Any) -> float:
+        """Gradient of this shard's batch at ``step`` into ``flat.grads``; returns the batch loss."""
+        wl, flat = self.workload, self.flat
+        self._maybe_fail(step)
+        with self.rec.span("compute", step=step, **extra) as sp:
+            t = time.perf_counter()
+            batch = tuple(x.to(self.device, non_blocking=True) for x in wl.batch(step, shard, num_shards))
+            flat.zero_grad()
+            value = wl.backward(flat.model, batch)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+            wl.pad_compute(time.perf_counter() - t)
+            extra_s = self.slowdown.extra_s(time.perf_counter() - t)
+            if extra_s > 0:
+                time.sleep(extra_s)
+            sp.set(loss=round(value, 6), slowdown_s=round(extra_s, 6))
+        self.last_loss = value
+        return value
+
+    def _maybe_fail(self, step: int) -> None:
+        f = self.job.training.fault
+        if f is None or step != f.step:
+            return
+        if (f.host is not None and f.host != self.job.host) or (f.rank is not None and f.rank != self.job.rank):
+            return
+        if f.mode == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise RuntimeError(f"injected fault: {self.job.host} (rank {self.job.rank}) crashes at step {step}")
+
+    # -- CPU views for communication (zero-copy on CPU, staged copies on CUDA) ---------
+    def grads_out(self) -> torch.Tensor:
+        """Gradients plus one control slot as a CPU tensor that gloo/TCP can send."""
+        n = self.flat.n + 1
+        if self.device.type == "cpu":
+            return self.flat.grad_buf[:n]
+        if not hasattr(self, "_cgrad"):
+            self._cgrad = torch.zeros(n, pin_memory=True)
+        self._cgrad.copy_(self.flat.grad_buf[:n])
+        return self._cgrad
+
+    def grads_in(self, t: torch.Tensor) -> None:
+        if t.data_ptr() != self.flat.grad_buf.data_ptr():
+            self.flat.grad_buf[: t.numel()].copy_(t)
+
+    def params_out(self) -> torch.Tensor:
+        """Parameters plus two control slots (version, stop) as a CPU tensor."""
+        n = self.flat.n + 2
+        if self.device.type == "cpu":
+            return self.flat.buf[:n]
+        if not hasattr(self, "_cparam"):
+            self._cparam = torch.zeros(n, pin_memory=True)
+        self._cparam.copy_(self.flat.buf[:n])
+        return self._cparam
+
+    def params_in(self, t: torch.Tensor) -> None:
+        if t.data_ptr() != self.flat.buf.data_ptr():
+            self.flat.buf[: t.numel()].copy_(t)
+
+    def close(self) -> None:
+        self.rec.close()
+
+
+def save_model(job: Job, params: torch.Tensor) -> None:
+    """``models/<role>.<rank>.pt``: the final flat parameters (tests and offline checks)."""
+    from pathlib import Path
+
+    d = Path(job.out_dir) / "models"
+    d.mkdir(parents=True, exist_ok=True)
+    torch.save(params.detach().cpu().clone(), d / f"{job.role}.{job.rank}.pt")

@@ -1,0 +1,82 @@
+"""Experiment and sweep specs: validation names the field, exit status 2, nothing created."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed.experiments.spec import load_experiment, parse_experiment
+from testbed.experiments.sweep import expand, point_id
+from traffic_control.errors import ValidationError
+
+BASE = {
+    "name": "t",
+    "topology": "two_dc",
+    "training": {"workload": {"name": "digits"}, "stop": {"steps": 5}},
+    "schemes": ["bsp", {"label": "g", "scheme": {"name": "gsyn"}}],
+}
+
+
+def test_bundled_demo_specs_validate() -> None:
+    for name in ("demo", "demo_reduced"):
+        spec = load_experiment(name)
+        assert spec.topology.name == "three_dc_triangle"
+        assert len(spec.schemes) >= 4
+        labels = [s.label for s in spec.schemes]
+        assert len(set(labels)) == len(labels)
+
+
+def test_scheme_shorthand_and_overrides() -> None:
+    d = dict(BASE, schemes=["bsp", {"label": "s2", "scheme": {"name": "ssp", "staleness": 2},
+                                    "training": {"stop": {"steps": 9}}}])
+    spec = parse_experiment(d)
+    assert [s.label for s in spec.schemes] == ["bsp", "s2"]
+    assert spec.schemes[1].training["stop"]["steps"] == 9
+    assert spec.schemes[0].training["stop"]["steps"] == 5
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"bogus": 1}, "bogus"),
+    ({"topology": "nowhere"}, "topology"),
+    ({"repetitions": 0}, "repetitions"),
+    ({"impairment": "magic"}, "impairment"),
+    ({"schemes": ["nosuchscheme"]}, "schemes[0]"),
+    ({"schemes": ["bsp", "bsp"]}, "schemes[1].label"),
+    ({"collectors": {"rate_hz": -1}}, "collectors.rate_hz"),
+    ({"schemes": [{"label": "g", "scheme": {"name": "ssp", "staleness": -1}}]}, "schemes[0]"),
+    ({"schemes": [{"label": "g", "scheme": {"name": "gsyn", "groups": 99}}]}, "schemes[0]"),
+])
+def test_bad_experiment_names_field(change: dict, field: str) -> None:
+    with pytest.raises(ValidationError) as e:
+        parse_experiment({**BASE, **change})
+    assert e.value.field.startswith(field), e.value
+
+
+def test_bad_spec_exits_2_and_creates_nothing(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**BASE, "schemes": [{"label": "x", "scheme": {"name": "gsyn", "groups": 99}}]}))
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(bad), "--results", str(tmp_path / "res")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert "schemes[0]" in r.stderr
+    assert not (tmp_path / "res").exists()
+
+
+def test_sweep_expands_grid_and_validates_points(tmp_path: Path) -> None:
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(BASE))
+    sweep = {"name": "sw", "experiment": "exp.yaml", "repetitions": 2,
+             "grid": {"wan.rate": ["10Mbit", "20Mbit"], "wan.delay": ["1ms", "5ms"], "seed": [1, 2]}}
+    name, points = expand(sweep, str(tmp_path / "sweep.yaml"))
+    assert name == "sw" and len(points) == 8
+    ids = {point_id(p) for p, _ in points}
+    assert len(ids) == 8
+    spec = parse_experiment(points[0][1], str(tmp_path / "exp.yaml"))
+    assert spec.repetitions == 2
+    assert all(lk.forward.rate_bps == 10e6 for lk in spec.topology.links)
+    with pytest.raises(ValidationError) as e:
+        expand({**sweep, "grid": {"wan.colour": ["red"]}}, str(tmp_path / "sweep.yaml"))
+    assert e.value.field == "grid.wan.colour"

@@ -1,0 +1,51 @@
+"""A sweep of 8 points interrupted half-way and resumed redoes no finished point (real runs)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed.experiments.sweep import run_sweep
+
+pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.torch,
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root")]
+
+
+def test_interrupted_sweep_resumes_without_redoing(tmp_path: Path) -> None:
+    exp = {
+        "name": "sw",
+        "topology": {"name": "tiny", "dcs": [{"name": "a", "hosts": 1}, {"name": "b", "hosts": 1}],
+                     "links": [{"a": "a", "b": "b", "rate": "50Mbit"}]},
+        "impairment": "none",
+        "timeout": "60s",
+        "training": {"workload": {"name": "synthetic", "grad_bytes": 4096, "compute_s": 0.001},
+                     "stop": {"steps": 3}, "eval_every": 3},
+        "schemes": [{"label": "bsp", "scheme": {"name": "bsp"}}],
+        "collectors": {"links": False, "procs": False, "trace": False},
+    }
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(exp))
+    sweep = {"name": "sw", "experiment": "exp.yaml",
+             "grid": {"wan.rate": ["20Mbit", "40Mbit"], "wan.delay": ["0ms", "1ms"], "seed": [1, 2]}}
+    sp = tmp_path / "sweep.yaml"
+    sp.write_text(yaml.safe_dump(sweep))
+    out = tmp_path / "out"
+    logs: list[str] = []
+    run_sweep(sp, out, log=logs.append, limit=4)  # "interrupted" after 4 of 8 points
+    done_first = {p.parent.name: p.stat().st_mtime_ns for p in (out / "points").glob("*/done.json")}
+    assert len(done_first) == 4
+    # a point that was half-way when interrupted (no done.json) is redone from scratch
+    (out / "points" / "half-done-point").mkdir()
+    logs.clear()
+    run_sweep(sp, out, log=logs.append)
+    done = {p.parent.name: p.stat().st_mtime_ns for p in (out / "points").glob("*/done.json")}
+    assert len(done) == 8
+    for name, mtime in done_first.items():
+        assert done[name] == mtime, f"finished point {name} was redone"
+    assert sum("done already, skipped" in m for m in logs) == 4
+    for p in (out / "points").glob("*/done.json"):
+        assert json.loads(p.read_text())["failed"] == []
+    assert (out / "sweep.csv").exists()

@@ -1,0 +1,184 @@
+"""Schemes on loopback (4 workers in DCs a and b, plus a server for PS schemes).
+
+Deterministic workload (digits, fixed seeds) so every check is exact up to
+float tolerance.  Each run takes a few seconds of work; the machine's load
+decides the rest.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from tests.training.helpers import load_params, reference_params, replay_server, spans
+
+torch = pytest.importorskip("torch")
+from testbed.training.local import run_local  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+WORKERS = 4
+DCS = {"a": 2, "b": 2}
+
+
+def cfg(scheme, steps, **extra):
+    return {"workload": {"name": "digits", "batch_size": 8}, "scheme": scheme, "stop": {"steps": steps},
+            "optimizer": {"name": "sgd", "lr": 0.1, "momentum": 0.9}, "eval_every": 1000, "save_model": True,
+            **extra}
+
+
+def run(tmp_path_factory, name, config):
+    out = tmp_path_factory.mktemp(name)
+    res = run_local(config, DCS, out, timeout_s=150)
+    assert res.ok, (res.reason, {n: res.log(n)[-3000:] for n in res.returncodes})
+    return res
+
+
+def applies_of(out):
+    return [s for s in spans(out, "server") if s["phase"] == "apply"]
+
+
+def assert_exactly_once(out, clients):
+    """Every push the workers recorded was applied once, versions 1..V without gaps."""
+    applies = applies_of(out)
+    pushes = [s for s in spans(out, "worker") if s["phase"] == "push"]
+    keys = collections.Counter((a["client"], a["step"]) for a in applies if not a.get("dup"))
+    assert all(v == 1 for v in keys.values()), keys
+    pushed = {(p.get("group", p["rank"]), p["step"]) for p in pushes}
+    assert set(keys) == pushed
+    versions = sorted(a["applied_version"] for a in applies if not a.get("dup"))
+    assert versions == list(range(1, len(versions) + 1))
+    assert {c for c, _ in keys} == set(clients)
+    for a in applies:
+        assert a["staleness"] == a["applied_version"] - 1 - a["version"]
+    return applies
+
+
+# -- BSP ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("allreduce", ["ring", "hierarchical"])
+def test_bsp_equals_one_process_on_the_concatenated_batch(tmp_path_factory, allreduce):
+    steps = 6
+    config = cfg({"name": "bsp", "allreduce": allreduce}, steps)
+    res = run(tmp_path_factory, f"bsp-{allreduce}", config)
+    finals = [load_params(res.out_dir, "worker", r) for r in range(WORKERS)]
+    for f in finals[1:]:
+        assert torch.equal(f, finals[0])  # replicas bit-identical
+    ref = reference_params(config, WORKERS, steps)
+    assert torch.allclose(finals[0], ref, rtol=1e-5, atol=1e-6), (finals[0] - ref).abs().max()
+    worker_spans = spans(res.out_dir, "worker")
+    assert max(s["step"] for s in worker_spans if s["phase"] == "apply") == steps - 1
+    sync = [s for s in worker_spans if s["phase"] in ("intra_sync", "wan_sync")]
+    assert sync and all("bytes" in s for s in sync)
+    if allreduce == "hierarchical":  # only DC leaders cross the WAN
+        assert {s["host"] for s in sync if s["phase"] == "wan_sync"} == {"a1", "b1"}
+    rows = (res.out_dir / "metrics.csv").read_text().splitlines()
+    assert rows[0] == "step,wall_s,loss,acc,expert,updates" and rows[-1].endswith(f",{steps}")
+
+
+# -- Gsyn G=1 is BSP through the server --------------------------------------------------------------
+def test_gsyn_one_group_matches_bsp(tmp_path_factory):
+    steps = 6
+    config = cfg({"name": "gsyn", "groups": 1}, steps)
+    res = run(tmp_path_factory, "gsyn-g1", config)
+    server = load_params(res.out_dir, "server", WORKERS)
+    ref = reference_params(config, WORKERS, steps)
+    assert torch.allclose(server, ref, rtol=1e-5, atol=1e-6), (server - ref).abs().max()
+    applies = assert_exactly_once(res.out_dir, [0])
+    assert [a["staleness"] for a in applies] == [0] * steps
+    for r in range(WORKERS):  # every member ends with the server's model
+        assert torch.equal(load_params(res.out_dir, "worker", r), server)
+
+
+# -- ASP and Gsyn G=N: same update semantics ---------------------------------------------------------
+@pytest.mark.parametrize("scheme", [{"name": "asp"}, {"name": "gsyn", "groups": WORKERS}])
+def test_asp_and_gsyn_singletons_follow_asp_semantics(tmp_path_factory, scheme):
+    steps = 8
+    config = cfg(scheme, steps, slowdown=[{"hosts": ["b2"], "delay": {"dist": "constant", "value_s": 0.02}}])
+    res = run(tmp_path_factory, f"{scheme['name']}-gn", config)
+    if scheme["name"] == "gsyn":
+        assert res.jobs[0].groups == [[r] for r in range(WORKERS)]
+    applies = assert_exactly_once(res.out_dir, range(WORKERS))
+    assert len(applies) == WORKERS * steps
+    server = load_params(res.out_dir, "server", WORKERS)
+    replayed = replay_server(config, applies, [[r] for r in range(WORKERS)], WORKERS)
+    assert torch.allclose(server, replayed, rtol=1e-5, atol=1e-6), (server - replayed).abs().max()
+
+
+def test_gsyn_two_groups_replay_and_staleness(tmp_path_factory):
+    steps = 8
+    config = cfg({"name": "gsyn"}, steps, slowdown=[{"dcs": ["b"], "delay": {"dist": "constant", "value_s": 0.02}}])
+    res = run(tmp_path_factory, "gsyn-g2", config)
+    groups = res.jobs[0].groups
+    assert groups == [[0, 1], [2, 3]]
+    applies = assert_exactly_once(res.out_dir, [0, 1])
+    assert {a["group"] for a in applies} == {0, 1}
+    server = load_params(res.out_dir, "server", WORKERS)
+    replayed = replay_server(config, applies, groups, WORKERS)
+    assert torch.allclose(server, replayed, rtol=1e-5, atol=1e-6)
+    # members of a group hold identical models, pushes carry the group tag
+    assert torch.equal(load_params(res.out_dir, "worker", 0), load_params(res.out_dir, "worker", 1))
+    assert {s["group"] for s in spans(res.out_dir, "worker") if s["phase"] == "push"} == {0, 1}
+
+
+# -- SSP bound ---------------------------------------------------------------------------------------
+def test_ssp_never_runs_more_than_s_clocks_ahead(tmp_path_factory):
+    s, steps = 1, 10
+    config = cfg({"name": "ssp", "staleness": s}, steps,
+                 slowdown=[{"hosts": ["b2"], "delay": {"dist": "constant", "value_s": 0.03}}])
+    res = run(tmp_path_factory, "ssp", config)
+    applies = assert_exactly_once(res.out_dir, range(WORKERS))
+    # 1) the server's record of each reply: the clock the worker may start vs the slowest clock then
+    replies = [p for p in spans(res.out_dir, "server") if p["phase"] == "pull" and p["step"] is not None]
+    checked = [p for p in replies if "min_clock" in p]
+    assert checked
+    for p in checked:
+        assert (p["step"] + 1) - p["min_clock"] <= s, p
+    # 2) timing: worker w starts step k only after every other worker's step k-s-1 reached the server
+    apply_start = {(a["client"], a["step"]): a["ts"] for a in applies}
+    computes = [c for c in spans(res.out_dir, "worker") if c["phase"] == "compute"]
+    for c in computes:
+        k = c["step"] - s - 1
+        if k < 0:
+            continue
+        for u in range(WORKERS):
+            assert apply_start[(u, k)] <= c["ts"], (c, u)
+    # 3) the bound actually bit: fast workers waited for the slow one
+    waits = [w for w in spans(res.out_dir, "worker") if w["phase"] == "wait" and w.get("what") == "ssp_bound"]
+    assert waits and {w["host"] for w in waits} - {"b2"}
+
+
+# -- a crashing worker -------------------------------------------------------------------------------
+def test_crashing_worker_stops_the_run_and_keeps_records(tmp_path):
+    config = cfg({"name": "gsyn"}, 10_000, fault={"host": "b2", "step": 3})
+    res = run_local(config, DCS, tmp_path, timeout_s=150, grace_s=2)
+    # b2 fails; its ring peer b1 may notice in the same instant (gloo: peer closed)
+    assert not res.ok and res.supervision.first_failure in ("b2.worker.3", "b1.worker.2"), res.reason
+    procs = {p.name: p for p in res.supervision.procs}
+    crashed = procs["b2.worker.3"]
+    assert crashed.returncode == 1 and not crashed.stopped
+    assert res.supervision.wall_s - crashed.ended_s < 8  # the others were stopped within seconds
+    assert all(p.returncode is not None for p in procs.values())
+    assert "injected fault" in res.log("b2.worker.3")
+    mine = [s for s in spans(tmp_path, "worker") if s["host"] == "b2" and s["phase"] == "compute"]
+    assert sorted(s["step"] for s in mine) == [0, 1, 2]
+    assert spans(tmp_path, "server")  # the server's records survived its SIGTERM too
+
+
+# -- stopping at a target ------------------------------------------------------------------------------
+@pytest.mark.parametrize("scheme", [{"name": "bsp"}, {"name": "gsyn"}])
+def test_stops_when_the_target_is_reached(tmp_path_factory, scheme):
+    config = cfg(scheme, 5000, eval_every=5, save_model=False)
+    config["stop"] = {"steps": 5000, "wall_s": 120, "target": {"metric": "acc", "value": 0.6}}
+    res = run(tmp_path_factory, f"target-{scheme['name']}", config)
+    rows = (res.out_dir / "metrics.csv").read_text().splitlines()[1:]
+    accs = [float(r.split(",")[3]) for r in rows]
+    assert max(accs) >= 0.6
+    steps = [s["step"] for s in spans(res.out_dir, "worker") if s["phase"] == "compute"]
+    assert max(steps) < 1000  # stopped long before the step budget
+    if scheme["name"] == "gsyn":  # every member of a group ran the same steps
+        by_host = collections.defaultdict(set)
+        for s in spans(res.out_dir, "worker"):
+            if s["phase"] == "compute":
+                by_host[s["host"]].add(s["step"])
+        assert by_host["a1"] == by_host["a2"] and by_host["b1"] == by_host["b2"]
