@@ -274,8 +274,8 @@ def run(ctx: WorkerContext) -> int:
     overlap = buckets or p.overlap
     comm = comm_rec = None
     ok = False
-    tdist.init_world(job, ctx.rec)
     try:
+        tdist.init_world(job, ctx.rec)
         sync = GradSync(job, p.sync, plan)
         if overlap:
             comm_rec = comm_recorder(job, ctx.rec)
