@@ -442,10 +442,17 @@ def plan(plan: dict[str, Any], out_dir: Path, positions: dict[str, tuple[float, 
     trees = plan.get("trees") if isinstance(plan, dict) else None
     if not trees:
         raise NoData("plan has no trees")
-    tree_edges = [[(str(u), str(v)) for u, v in t.get("edges", [])] for t in trees]
+    # edges as [[u, v], ...] or the planner's own form, {"parents": {child: parent}} (reduce direction)
+    tree_edges = [[(str(u), str(v)) for u, v in t.get("edges", [])]
+                  or [(str(c), str(p)) for c, p in (t.get("parents") or {}).items()] for t in trees]
     graph_edges = [(str(e[0]), str(e[1])) for e in (plan.get("graph") or {}).get("edges", [])]
+    if not graph_edges and plan.get("links"):  # the planner lists every link direction it priced
+        graph_edges = [(str(lk["src"]), str(lk["dst"])) for lk in plan["links"] if "src" in lk and "dst" in lk]
+    if not graph_edges and plan.get("dcs"):
+        graph_edges = []
     nodes = sorted({n for es in tree_edges for e in es for n in e}
-                   | {n for e in graph_edges for n in e} | {str(t.get("root")) for t in trees})
+                   | {n for e in graph_edges for n in e} | {str(t.get("root")) for t in trees}
+                   | {str(d) for d in plan.get("dcs", [])})
     pos = positions or plan.get("positions") or _layout(nodes, [e for es in tree_edges for e in es]
                                                         + graph_edges)
     pos = {str(k): (float(v[0]), float(v[1])) for k, v in pos.items()}

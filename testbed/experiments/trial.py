@@ -210,16 +210,36 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
 
 
 def _prepare_training(spec: ExperimentSpec, training: dict[str, Any], trial_dir: Path) -> dict[str, Any]:
-    """Fill what only the runner knows (e.g. a BLP plan for the topology) into the training section."""
+    """Fill in what only the runner knows: the BLP plan of this topology for ``pgcs`` with ``sync: blp``.
+
+    The plan is solved for the real gradient size of one expert (the model is
+    built once here to count its parameters), written to ``plan.json`` in the
+    trial (the report draws it), and passed inline to every worker.
+    """
     scheme = training.get("scheme", {})
-    if scheme.get("name") == "pgcs" and scheme.get("sync") == "blp" and not scheme.get("plan"):
-        try:
-            from ..planning.integration import plan_for_training  # type: ignore[import-not-found]
-        except ImportError:
-            return training
-        training = dict(training)
-        training["scheme"] = dict(scheme, plan=plan_for_training(spec.topology, training, trial_dir))
+    if scheme.get("sync") != "blp" or scheme.get("plan") or scheme.get("plan_file"):
+        return training
+    from ..planning import plan_blp
+
+    size = gradient_bytes(training)
+    plan = plan_blp(spec.topology.dc_graph(), size, path=spec.topology.path)
+    (trial_dir / "plan.json").write_text(plan.to_json())
+    training = dict(training)
+    training["scheme"] = dict(scheme, plan=json.loads(plan.to_json()))
     return training
+
+
+def gradient_bytes(training: dict[str, Any]) -> int:
+    """Bytes of one synchronized gradient (one expert's for multi-expert workloads)."""
+    from ..training.config import validate_training
+    from ..training.workloads import build_workload
+
+    tc = validate_training(training)
+    wl = build_workload(tc.workload.name, tc.workload.params, 0)
+    if hasattr(wl, "expert_workloads"):
+        wl = wl.expert_workloads()[0]
+    model = wl.build_model()
+    return int(sum(p.numel() * p.element_size() for p in model.parameters()))
 
 
 class _Monitor(threading.Thread):
