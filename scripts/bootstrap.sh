@@ -79,6 +79,13 @@ fi
 log "project + dev extras (editable)"
 "${PIP[@]}" -e ".[dev,tables,nfqueue]"
 
+# The kernel lab's stock kernel (downloaded with apt-get download, extracted, never installed)
+# and its initramfs, cached under /var/cache/geo-testbed/lab: `make test` uses it where the
+# running kernel has no sch_netem.
+if ! "$VENV/bin/python" -m testbed.lab --prepare --quiet; then
+  log "kernel lab not prepared now (it retries on first use)"
+fi
+
 # `sudo testbed ...` from anywhere
 ln -sf "$VENV/bin/testbed" /usr/local/bin/testbed
 
