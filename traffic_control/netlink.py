@@ -16,11 +16,25 @@ from typing import Any
 
 from pyroute2 import IPRoute, NetNS
 from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.netlink.rtnl.tcmsg import sched_netem
 from pyroute2.netlink.rtnl.tcmsg.common import tick_in_usec
 
 from .errors import CapabilityMissing, TrafficControlError
 from .qdisc import ROOT, TcOp, build_ops, change_ops, clear_ops, handle_str
 from .shape import LinkShape
+
+
+def _netem_fix_request(request: Any) -> None:
+    # pyroute2's netem plugin reads ``rate`` (TCA_NETEM_RATE) from the keyword
+    # arguments but, unlike its htb plugin, leaves it in the request, where it
+    # is then encoded as the top-level TCA_RATE attribute and the request fails
+    # to encode ("argument for 's' must be a bytes object").  Drop it there.
+    if "rate" in request:
+        del request["rate"]
+
+
+if not hasattr(sched_netem, "fix_request"):
+    sched_netem.fix_request = _netem_fix_request
 
 NETEM_FIX = ("load it: `modprobe sch_netem` (Ubuntu cloud kernels: `apt install linux-modules-extra-$(uname -r)` "
              "first); or run inside the kernel lab (`testbed lab -- ...`); or use the userspace impairment "
@@ -28,8 +42,15 @@ NETEM_FIX = ("load it: `modprobe sch_netem` (Ubuntu cloud kernels: `apt install 
 
 
 @contextmanager
-def netlink(netns: str | None = None) -> Iterator[Any]:
-    """An IPRoute (or NetNS) handle, closed on exit."""
+def netlink(netns: str | None = None, handle: Any = None) -> Iterator[Any]:
+    """An IPRoute (or NetNS) handle, closed on exit; ``handle`` reuses one the caller holds open.
+
+    Opening a handle into another namespace forks a helper (~8 ms); a caller
+    configuring many interfaces of one namespace passes its own handle.
+    """
+    if handle is not None:
+        yield handle
+        return
     h = NetNS(netns) if netns else IPRoute()
     try:
         yield h
@@ -57,14 +78,16 @@ def run_ops(h: Any, ifname: str, ops: list[TcOp], netns: str | None = None) -> N
                 h.tc(op.command, op.kind, index=idx, handle=op.handle, **kw)
         except NetlinkError as e:
             cmd = " ".join(op.tc_command(ifname, netns))
-            if op.kind == "netem" and e.code in (errno.ENOENT, errno.EINVAL, errno.EOPNOTSUPP) and "add" in op.command:
+            if op.kind == "netem" and e.code in (errno.ENOENT, errno.EINVAL, errno.EOPNOTSUPP) and \
+                    op.command in ("add", "replace"):
                 raise CapabilityMissing("sch_netem", NETEM_FIX) from None
             raise TrafficControlError(f"kernel refused `{cmd}`: {e.args[1] if len(e.args) > 1 else e}") from None
 
 
-def apply(ifname: str, shape: LinkShape, *, netns: str | None = None, netem: bool = True) -> None:
+def apply(ifname: str, shape: LinkShape, *, netns: str | None = None, netem: bool = True,
+          handle: Any = None) -> None:
     """Install ``shape`` on ``ifname`` egress, replacing whatever root qdisc was there."""
-    with netlink(netns) as h:
+    with netlink(netns, handle) as h:
         _delete_root(h, ifname)
         try:
             run_ops(h, ifname, build_ops(shape, netem=netem), netns)
@@ -73,9 +96,10 @@ def apply(ifname: str, shape: LinkShape, *, netns: str | None = None, netem: boo
             raise
 
 
-def change(ifname: str, old: LinkShape, new: LinkShape, *, netns: str | None = None, netem: bool = True) -> None:
+def change(ifname: str, old: LinkShape, new: LinkShape, *, netns: str | None = None, netem: bool = True,
+           handle: Any = None) -> None:
     """Change a live shape in place (``tc ... change``): open connections see no gap."""
-    with netlink(netns) as h:
+    with netlink(netns, handle) as h:
         run_ops(h, ifname, change_ops(old, new, netem=netem), netns)
 
 
@@ -126,7 +150,8 @@ def _qdisc_info(msg: Any) -> dict[str, Any]:
         info["loss_pct"] = opts["loss"] / (2**32 - 1) * 100
         info["limit"] = opts["limit"]
         rate = opts.get_attr("TCA_NETEM_RATE") if hasattr(opts, "get_attr") else None
-        if rate:
+        # The kernel always dumps TCA_NETEM_RATE; a rate of 0 means "no netem rate".
+        if rate and rate["rate"]:
             info["rate_bps"] = rate["rate"] * 8
     elif kind in ("pfifo", "bfifo") and opts is not None:
         info["limit"] = opts["limit"]
@@ -150,9 +175,9 @@ def _class_info(msg: Any) -> dict[str, Any]:
     return info
 
 
-def show(ifname: str, *, netns: str | None = None) -> dict[str, Any]:
+def show(ifname: str, *, netns: str | None = None, handle: Any = None) -> dict[str, Any]:
     """What the kernel reports for ``ifname``: qdiscs, classes, and the shape they amount to."""
-    with netlink(netns) as h:
+    with netlink(netns, handle) as h:
         idx = _index(h, ifname)
         qdiscs = [_qdisc_info(m) for m in h.get_qdiscs(index=idx)]
         classes = [_class_info(m) for m in h.get_classes(index=idx)]
@@ -164,7 +189,8 @@ def show(ifname: str, *, netns: str | None = None) -> dict[str, Any]:
     for q in qdiscs:
         if q["kind"] == "netem":
             shape.update({k: q[k] for k in ("delay_s", "jitter_s", "loss_pct", "limit")})
-            shape["reorder"] = "rate_bps" not in q
+            # jittered packets keep their order only under a netem rate (see shape.py)
+            shape["reorder"] = q["jitter_s"] > 0 and "rate_bps" not in q
         elif q["kind"] == "pfifo" and q["parent"] == "1:1":
             shape["limit"] = q["limit"]
     return {"ifname": ifname, "qdiscs": qdiscs, "classes": classes, "shape": shape}

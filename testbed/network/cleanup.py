@@ -114,7 +114,9 @@ def cleanup(verbose: bool = False) -> dict[str, list[str]]:
     try:
         from traffic_control.userspace import cleanup as uq_cleanup  # type: ignore[attr-defined]
 
-        report["impairment"] = [str(x) for x in (uq_cleanup() or [])]
+        n_rules = uq_cleanup()  # marked rules in this namespace; returns how many went
+        if n_rules:
+            report["impairment"] = [f"{n_rules} userspace-impairment rule(s)"]
     except ImportError:
         pass
     ns_names = owned_netns()
@@ -124,6 +126,9 @@ def cleanup(verbose: bool = False) -> dict[str, list[str]]:
         except OSError:
             pass
     report["netns"] = ns_names
+    from .ovs import remove_all as remove_ovs
+
+    report["ovs"] = remove_ovs()
     links = owned_links()
     remove_links(links)
     report["links"] = links

@@ -48,13 +48,29 @@ def cmd_up(args: argparse.Namespace) -> int:
                 if ifc.port and ifc.port_egress is not None and (ifc.port_egress.rate_bps or ifc.port_egress.needs_netem):
                     print("\n".join(dry_run(ifc.port, ifc.port_egress)))
         return 0
+    events = None
+    if args.schedule:
+        from traffic_control.schedule import load_schedule
+
+        events = load_schedule(args.schedule)
     net.start()
+    player = net.play(events) if events else None
     _say(f"network {net.topo.name} up in {net.timings['up_s']:.2f} s: {len(net.plan.nodes)} nodes, "
          f"{len(net.plan.wans)} WAN links, impairment: {net.impairment.backend if net.impairment else '?'}")
+    if player is not None and not args.cli:
+        _say(f"playing {len(events or [])} link events; Ctrl-C to stop")
+        try:
+            player.wait()
+        except KeyboardInterrupt:
+            player.stop()
+        for err in player.errors:
+            _say(f"schedule: {err}")
     if args.cli:
         try:
             net.cli()
         finally:
+            if player is not None:
+                player.stop()
             net.stop()
             _say("network torn down")
         return 0
@@ -133,6 +149,8 @@ def register(sub: Any) -> None:
     add_network_options(up)
     up.add_argument("--cli", action="store_true", help="open the Mininet CLI; the network is removed when it exits")
     up.add_argument("--dry-run", action="store_true", help="print the plan and the tc commands, create nothing")
+    up.add_argument("--schedule", metavar="CSV",
+                    help="play a link trace (time,link,rate,delay,jitter,loss,state) against the running network")
     up.set_defaults(func=cmd_up)
     down = nsub.add_parser("down", help="remove the network (everything named tb-*, testbed processes)")
     down.set_defaults(func=cmd_down)

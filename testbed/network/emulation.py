@@ -24,6 +24,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,8 @@ def choose_impairment(topo: Topology, requested: str, allow_missing_netem: bool,
 def _userspace_available() -> bool:
     try:
         import traffic_control.userspace as uq  # noqa: F401
+
+        from . import impairment  # noqa: F401  (the builder's side of the backend)
     except ImportError:
         return False
     return True
@@ -131,7 +134,9 @@ class EmulatedNetwork:
         self.impairment_failures: list[str] = []
         self._watchdog: Any = None
         self.started = False
+        self._building = False  # True once this instance may have created objects (stop() cleans only then)
         self.timings: dict[str, float] = {}
+        self._handles: dict[str, Any] = {}
 
     # --------------------------------------------------------------- public
     def __enter__(self) -> EmulatedNetwork:
@@ -149,12 +154,18 @@ class EmulatedNetwork:
             raise RuntimeError(f"a testbed network is already up ({len(existing)} namespaces, e.g. {existing[0]}); "
                                "run `testbed net down` (or `testbed clean`) first")
         self.impairment = choose_impairment(self.topo, self.requested, self.allow_missing_netem, self._netem_hint)
+        if self.topo.switch == "ovs":
+            from . import ovs as ovsctl
+
+            ovsctl.require()
         if self.impairment.skipped:
             self.log("WARNING: sch_netem is missing; delay/jitter/loss are SKIPPED on: "
                      + "; ".join(self.impairment.skipped))
         t0 = time.monotonic()
+        self._building = True
         try:
             self._start_nodes()
+            self._handles = {n.name: NetNS(n.netns) for n in self.plan.nodes.values()}
             self.timings["nodes_s"] = time.monotonic() - t0
             self._wire()
             self.timings["wire_s"] = time.monotonic() - t0
@@ -166,13 +177,35 @@ class EmulatedNetwork:
             self.timings["shape_s"] = time.monotonic() - t0
             self._write_state()
         except BaseException:
+            self._close_handles()
             self.stop()
             raise
+        self._close_handles()
         self.started = True
         self.timings["up_s"] = time.monotonic() - t0
         return self
 
+    def _close_handles(self) -> None:
+        for h in self._handles.values():
+            try:
+                h.close()
+            except Exception:
+                pass
+        self._handles = {}
+
+    def _ns(self, node: str) -> Any:
+        """Netlink handle into ``node``'s namespace: the one held open during start, else a new one."""
+        h = self._handles.get(node)
+        return h if h is not None else NetNS(self.netns(node))
+
     def stop(self) -> None:
+        """Tear down what this instance built (cleanup by prefix).
+
+        A no-op when start() never began building (e.g. it refused because
+        another testbed network is up): that network must not be torn down.
+        """
+        if not self._building:
+            return
         if self._watchdog is not None:
             self._watchdog.stop()
             self._watchdog = None
@@ -191,6 +224,7 @@ class EmulatedNetwork:
         self.mn = None
         cleanup.cleanup()
         self.started = False
+        self._building = False
 
     def host(self, name: str) -> Any:
         return self.nodes[name]
@@ -227,6 +261,31 @@ class EmulatedNetwork:
                     return
         raise ValidationError("link", f"no WAN link {a}->{b}", "name two adjacent DCs")
 
+    def shape_of(self, a: str, b: str) -> LinkShape:
+        for w in self.plan.wans:
+            if (w.a, w.b) == (a, b):
+                return w.forward
+            if (w.b, w.a) == (a, b):
+                return w.reverse
+        raise ValidationError("link", f"no WAN link {a}->{b}", "name two adjacent DCs")
+
+    def apply_event(self, event: Any) -> None:
+        """Apply one :class:`traffic_control.schedule.LinkEvent` (shape change and/or down/up)."""
+        if event.changes:
+            for a, b in event.directions():
+                self.change_link(a, b, self.shape_of(a, b).with_changes(**event.changes))
+        if event.state is not None:
+            self.set_link_up(event.src, event.dst, event.state == "up")
+
+    def play(self, events: list[Any]) -> Any:
+        """Play a link schedule against this running network (background thread)."""
+        from traffic_control.schedule import SchedulePlayer
+
+        for ev in events:  # check every link before the first event fires
+            for a, b in ev.directions():
+                self.shape_of(a, b)
+        return SchedulePlayer(events, self.apply_event).start()
+
     def set_link_up(self, a: str, b: str, up: bool) -> None:
         """Link down/up event: both router interfaces of link a-b."""
         for w in self.plan.wans:
@@ -244,8 +303,9 @@ class EmulatedNetwork:
         out: dict[str, Any] = {}
         for node in self.plan.nodes.values():
             for ifc in node.ifaces:
-                if ifc.egress is not None:
-                    out[f"{node.name}:{ifc.name}"] = tcnl.show(ifc.name, netns=self.netns(node.name))
+                if ifc.egress is not None and (ifc.egress.rate_bps or ifc.egress.needs_netem):
+                    out[f"{node.name}:{ifc.name}"] = tcnl.show(ifc.name, netns=self.netns(node.name),
+                                                               handle=self._handles.get(node.name))
             for ifc in node.ifaces:
                 if ifc.port and ifc.port_egress is not None:
                     out[f"root:{ifc.port}"] = tcnl.show(ifc.port)
@@ -253,21 +313,43 @@ class EmulatedNetwork:
 
     # -------------------------------------------------------------- building
     def _start_nodes(self) -> None:
+        """Start every node's Mininet shell, bind its namespace, set its sysctls.
+
+        Starting a shell is mostly waiting for bash to print its prompt, so the
+        nodes are started from a small thread pool and registered with Mininet
+        afterwards, in plan order (Mininet's own addHost is not thread-safe).
+        """
         Mininet, TestbedHost = _mininet()
         self.mn = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, waitConnected=False)
-        for node in self.plan.nodes.values():
-            h = self.mn.addHost(node.name, cls=TestbedHost, ip=None)
-            self.nodes[node.name] = h
+        plans = list(self.plan.nodes.values())
+
+        def start_one(node: NodePlan) -> Any:
+            h = TestbedHost(node.name, ip=None)
             netns.attach(node.netns, h.pid)
             if node.cpu is not None:
                 cgroups.limit(node.name, h.pid, node.cpu)
-        # one shell round trip per node for the sysctls netlink cannot reach
-        for node in self.plan.nodes.values():
+            # one shell round trip per node for the sysctls netlink cannot reach
             cmds = [f"net.ipv4.tcp_rmem='{TCP_MEM}'", f"net.ipv4.tcp_wmem='{TCP_MEM}'",
                     "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"]
             if node.role == "router":
                 cmds.append("net.ipv4.ip_forward=1")
-            self.nodes[node.name].cmd("sysctl -qw " + " ".join(cmds))
+            h.cmd("sysctl -qw " + " ".join(cmds))
+            return h
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            futures = [pool.submit(start_one, n) for n in plans]
+            errors = []
+            for node, fut in zip(plans, futures):
+                try:
+                    h = fut.result()
+                except Exception as e:  # keep going: every started shell must be registered for cleanup
+                    errors.append(f"{node.name}: {e}")
+                    continue
+                self.mn.hosts.append(h)
+                self.mn.nameToNode[node.name] = h
+                self.nodes[node.name] = h
+        if errors:
+            raise RuntimeError("starting nodes failed: " + "; ".join(errors))
 
     def _wire(self) -> None:
         from mininet.link import Intf
@@ -275,9 +357,15 @@ class EmulatedNetwork:
         def no_move(*_a: Any, **_k: Any) -> bool:
             return True
 
+        ovs = self.topo.switch == "ovs"
         with IPRoute() as root:
             for br in self.plan.bridges:
-                root.link("add", ifname=br, kind="bridge")
+                if ovs:
+                    from . import ovs as ovsctl
+
+                    ovsctl.add_bridge(br)
+                else:
+                    root.link("add", ifname=br, kind="bridge")
                 root.link("set", index=root.link_lookup(ifname=br)[0], state="up")
             # LAN: root-side port on the bridge, node side created directly in the node's namespace
             for node in self.plan.nodes.values():
@@ -287,20 +375,23 @@ class EmulatedNetwork:
                         continue
                     root.link("add", ifname=ifc.port, kind="veth", peer={"ifname": ifc.name, "net_ns_pid": pid})
                     pidx = root.link_lookup(ifname=ifc.port)[0]
-                    bidx = root.link_lookup(ifname=ifc.bridge)[0]
-                    root.link("set", index=pidx, master=bidx, state="up")
+                    if ovs:
+                        ovsctl.add_port(ifc.bridge, ifc.port)
+                        root.link("set", index=pidx, state="up")
+                    else:
+                        bidx = root.link_lookup(ifname=ifc.bridge)[0]
+                        root.link("set", index=pidx, master=bidx, state="up")
         # WAN: created in router a's namespace with the peer in router b's
         for w in self.plan.wans:
-            with NetNS(self.netns(w.a_router)) as ns:
-                ns.link("add", ifname=w.a_if, kind="veth",
-                        peer={"ifname": w.b_if, "net_ns_pid": self.nodes[w.b_router].pid})
+            self._handles[w.a_router].link("add", ifname=w.a_if, kind="veth",
+                                           peer={"ifname": w.b_if, "net_ns_pid": self.nodes[w.b_router].pid})
         for node in self.plan.nodes.values():
-            with NetNS(node.netns) as ns:
-                ns.link("set", index=ns.link_lookup(ifname="lo")[0], state="up")
-                for ifc in node.ifaces:
-                    idx = ns.link_lookup(ifname=ifc.name)[0]
-                    ns.addr("add", index=idx, address=ifc.address, prefixlen=ifc.prefixlen)
-                    ns.link("set", index=idx, state="up")
+            ns = self._handles[node.name]
+            ns.link("set", index=ns.link_lookup(ifname="lo")[0], state="up")
+            for ifc in node.ifaces:
+                idx = ns.link_lookup(ifname=ifc.name)[0]
+                ns.addr("add", index=idx, address=ifc.address, prefixlen=ifc.prefixlen)
+                ns.link("set", index=idx, state="up")
             self._configure_routes(node)
             h = self.nodes[node.name]
             for port, ifc in enumerate(node.ifaces):
@@ -308,12 +399,14 @@ class EmulatedNetwork:
                 intf.ip, intf.prefixLen = ifc.address, ifc.prefixlen
 
     def _configure_routes(self, node: NodePlan) -> None:
-        with NetNS(node.netns) as ns:
+        held = node.name in self._handles
+        ns = self._ns(node.name)
+        try:
             for r in node.routes:
-                if r.dst == "default":
-                    ns.route("replace", dst="0.0.0.0/0", gateway=r.via)
-                else:
-                    ns.route("replace", dst=r.dst, gateway=r.via)
+                ns.route("replace", dst="0.0.0.0/0" if r.dst == "default" else r.dst, gateway=r.via)
+        finally:
+            if not held:
+                ns.close()
 
     def _shape(self) -> None:
         assert self.impairment is not None
@@ -321,7 +414,7 @@ class EmulatedNetwork:
         for node in self.plan.nodes.values():
             for ifc in node.ifaces:
                 if ifc.egress is not None and (ifc.egress.rate_bps or ifc.egress.needs_netem):
-                    tcnl.apply(ifc.name, ifc.egress, netns=node.netns, netem=use_netem)
+                    tcnl.apply(ifc.name, ifc.egress, netns=node.netns, netem=use_netem, handle=self._handles[node.name])
                     if self.impairment.backend == "userspace" and ifc.peer_node and ifc.egress.needs_netem:
                         self._start_userspace(node, ifc.name, ifc.egress)
                 if ifc.port and ifc.port_egress is not None and (ifc.port_egress.rate_bps or ifc.port_egress.needs_netem):
