@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from testbed.network.emulation import EmulatedNetwork  # noqa: E402
 from testbed.planning import baselines, plan_blp  # noqa: E402
+from testbed.planning.baselines import intra_dc_time  # noqa: E402
 from topologies import load  # noqa: E402
 from traffic_control.units import parse_size  # noqa: E402
 
@@ -48,7 +49,8 @@ def main() -> int:
         tmp = Path(tempfile.mkdtemp(prefix="blpbench-"))
         cfg = {"master": hosts[0].ip, "port": 29555, "world": len(hosts), "plan": json.loads(plan.to_json()),
                "dc_of_rank": {str(r): h.dc for r, h in enumerate(hosts)}, "iters": args.iters,
-               "ring_predicted_s": base["ring"].time_s, "out": str(tmp / "result.json")}
+               "ring_predicted_s": base["ring"].time_s, "out": str(tmp / "result.json"),
+               "blp_predicted_s": plan.predicted_time_s + intra_dc_time(graph, size)}
         (tmp / "cfg.json").write_text(json.dumps(cfg))
         worker = str(Path(__file__).with_name("blp_worker.py"))
         procs = [net.popen(h.name, [sys.executable, worker, str(tmp / "cfg.json"), str(r)],
@@ -67,6 +69,8 @@ def main() -> int:
         r = res[k]
         print(f"{k:8} {r['median_s']:11.3f} {r['predicted_s']:12.3f} {r['measured_over_predicted']:10.3f}")
     print(f"BLP / ring (measured) = {res['blp_over_ring']:.3f}")
+    print(f"(BLP prediction = plan {plan.predicted_time_s:.3f} s over the WAN + "
+          f"{intra_dc_time(graph, size):.3f} s of intra-DC reduce/broadcast)")
     return 0
 
 

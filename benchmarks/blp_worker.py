@@ -27,7 +27,7 @@ def main() -> int:
     plan = Plan.from_json(json.dumps(cfg["plan"]))
     dc_of_rank = {int(k): v for k, v in cfg["dc_of_rank"].items()}
     res = compare(plan, rank, dc_of_rank, iters=cfg["iters"], warmup=1,
-                  predicted={"ring": cfg["ring_predicted_s"]}, out=None)
+                  predicted={"ring": cfg["ring_predicted_s"], "blp": cfg["blp_predicted_s"]}, out=None)
     if rank == 0:
         with open(cfg["out"], "w") as f:
             json.dump(res, f, default=str)

@@ -92,7 +92,7 @@ class Topology:
     description: str = ""
     routes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # "a->c": (a, b, c)
     switch: str = "bridge"
-    source: str = ""  # where it was loaded from
+    source: str = field(default="", compare=False)  # where it was loaded from (not part of the spec)
 
     # ---------------------------------------------------------------- views
     def dc(self, name: str) -> DataCenter:
@@ -118,7 +118,7 @@ class Topology:
         """
         g = nx.DiGraph()
         for d in self.dcs:
-            g.add_node(d.name, hosts=d.hosts)
+            g.add_node(d.name, hosts=d.hosts, lan_rate_bps=d.lan.rate_bps, lan_delay_s=d.lan.delay_s)
         for lk in self.links:
             for (u, v), s in (((lk.a, lk.b), lk.forward), ((lk.b, lk.a), lk.reverse)):
                 g.add_edge(u, v, rate_bps=s.rate_bps if s.rate_bps else float("inf"),
@@ -208,12 +208,20 @@ class Topology:
                 e["label"] = dc.label
             dcs.append(e)
         d["dcs"] = dcs
+
+        def spec_shape(s: LinkShape) -> dict[str, Any]:
+            # Rates are written as in the spec, before ``scale``: from_dict applies it again.
+            if s.rate_bps and self.scale != 1.0:
+                s = s.with_changes(rate_bps=s.rate_bps / self.scale)
+            return s.to_dict()
+
         links = []
         for lk in self.links:
             if lk.symmetric:
-                links.append({"a": lk.a, "b": lk.b, **lk.forward.to_dict()})
+                links.append({"a": lk.a, "b": lk.b, **spec_shape(lk.forward)})
             else:
-                links.append({"a": lk.a, "b": lk.b, "forward": lk.forward.to_dict(), "reverse": lk.reverse.to_dict()})
+                links.append({"a": lk.a, "b": lk.b, "forward": spec_shape(lk.forward),
+                              "reverse": spec_shape(lk.reverse)})
         d["links"] = links
         if self.ps:
             d["ps"] = self.ps
@@ -372,6 +380,22 @@ def from_dict(data: Any, source: str = "") -> Topology:
         routes[str(key)] = tuple(path)
 
     topo = Topology(name, tuple(dcs), tuple(links), ps, 1.0, str(data.get("description", "")), routes, switch, source)
+    # Routing is per destination at every router: a pinned route only fixes the
+    # first hop, so its later hops must agree with what the routers on it do,
+    # or packets take another path (or loop).
+    for key, pinned in routes.items():
+        src, dst = key.split("->")
+        f = f"routes[{key!r}]"
+        try:
+            taken = topo.path(src, dst)
+        except ValidationError as e:
+            raise ValidationError(f, e.problem, e.fix) from None
+        if tuple(taken) != pinned:
+            i = next(k for k in range(len(taken)) if taken[k] != pinned[k]) - 1
+            here = pinned[i]
+            raise ValidationError(f, f"packets would take {'-'.join(taken)}, not the pinned {'-'.join(pinned)}: "
+                                     f"the router in {here!r} forwards traffic for {dst!r} to {taken[i + 1]!r}",
+                                  f"also pin '{here}->{dst}': {list(pinned[i:])}")
     if scale != 1.0:
         topo = topo.scaled(float(scale))
     return topo

@@ -330,7 +330,8 @@ class EmulatedNetwork:
                 cgroups.limit(node.name, h.pid, node.cpu)
             # one shell round trip per node for the sysctls netlink cannot reach
             cmds = [f"net.ipv4.tcp_rmem='{TCP_MEM}'", f"net.ipv4.tcp_wmem='{TCP_MEM}'",
-                    "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"]
+                    "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0",
+                    "net.ipv4.tcp_slow_start_after_idle=0"]
             if node.role == "router":
                 cmds.append("net.ipv4.ip_forward=1")
             h.cmd("sysctl -qw " + " ".join(cmds))

@@ -190,3 +190,29 @@ def baselines(graph: nx.DiGraph, size_bytes: int, *, path: PathFn | None = None)
         "hierarchical": hierarchical_cost(graph, size_bytes, path=path),
         "star": star_cost(graph, size_bytes, path=path),
     }
+
+
+#: TCP payload per wire byte at MTU 1500 (what a shaped link carries of a tensor).
+PAYLOAD_FRACTION = 1448 / 1514
+#: What an unshaped veth LAN carries on the development machine (~12 Gbit/s measured).
+UNSHAPED_LAN_BPS = 10e9
+
+
+def intra_dc_time(graph: nx.DiGraph, size_bytes: int) -> float:
+    """Time of the LAN phases around a leader-based plan: reduce to the DC leader, broadcast back.
+
+    The leader of a DC with k hosts receives (k-1) x S on its LAN link, then
+    sends (k-1) x S back (one flat reduce and broadcast, as the executor
+    does); DCs run these in parallel, so the slowest DC counts.  The LAN
+    rate is the node attribute ``lan_rate_bps`` (``Topology.dc_graph`` sets
+    it; unshaped LANs count at :data:`UNSHAPED_LAN_BPS`).  BLP's own
+    prediction covers the WAN part only; add this for a whole all-reduce.
+    """
+    worst = 0.0
+    for dc, data in graph.nodes(data=True):
+        k = int(data.get("hosts", 1) or 1)
+        if k <= 1:
+            continue
+        rate = float(data.get("lan_rate_bps") or UNSHAPED_LAN_BPS) * PAYLOAD_FRACTION
+        worst = max(worst, 2 * (k - 1) * size_bytes * 8 / rate)
+    return worst
