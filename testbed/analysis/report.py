@@ -185,7 +185,7 @@ def summary_markdown(root: Path, kind: str, summary: pd.DataFrame, trials: pd.Da
     if not trials.empty:
         lines += ["## Per trial", "",
                   "| trial | time to target (s) | worker steps/s | exposed sync | "
-                  "mean staleness | WAN MB (links) | WAN-sync MB (spans) |",
+                  "mean staleness | WAN MB (links) | WAN MB (spans) |",
                   "|---|---|---|---|---|---|---|"]
         for _, r in trials.iterrows():
             name = f"{r['run']}/{r['trial']}" if r.get("run") else str(r["trial"])
@@ -195,7 +195,7 @@ def summary_markdown(root: Path, kind: str, summary: pd.DataFrame, trials: pd.Da
                 f"{_fmt(r['mean_staleness'], math.nan)} | {_fmt(r['wan_bytes'], math.nan, scale=1e-6)}"
                 f" | {_fmt(r['wan_bytes_spans'], math.nan, scale=1e-6)} |")
         lines += ["", "WAN bytes from interface counters include headers and retransmissions; "
-                  "span bytes count the payload of `wan_sync` spans only.", ""]
+                  "span bytes count the payload each process says it sent across DCs (`wan_bytes`).", ""]
     figs = sorted({p.with_suffix("").name for p in rep.outputs if p.suffix == ".pdf"})
     if figs:
         lines += ["## Figures", "", "In `figures/` (PDF for papers, PNG for viewing): "

@@ -415,7 +415,10 @@ def trial_summary(t: Tables, target_loss: float | None = None,
         s_st = sel(stale)
         row["mean_staleness"] = float(s_st["staleness"].mean()) if len(s_st) else math.nan
         row["wan_bytes"] = _wan_bytes(sel(t.links))
-        if not sp.empty and "bytes" in sp.columns:
+        if not sp.empty and "wan_bytes" in sp.columns:
+            # spans that say how many of their bytes crossed DCs (ring successor, server in another DC)
+            row["wan_bytes_spans"] = float(pd.to_numeric(sp["wan_bytes"], errors="coerce").fillna(0).sum())
+        elif not sp.empty and "bytes" in sp.columns:
             wan = sp[sp["phase"] == "wan_sync"]
             row["wan_bytes_spans"] = float(pd.to_numeric(wan["bytes"], errors="coerce").sum())
         else:

@@ -3,7 +3,7 @@
 Used where the kernel has no ``sch_netem``: each shaped WAN egress gets an
 NFQUEUE daemon in its router's namespace (delay/jitter/loss), while the rate
 stays HTB's.  A watchdog notices a dead daemon within its poll interval
-(0.2 s); the link then fails closed (its traffic is dropped), and the death is
+(0.2 s; a hung one within ``STALE_AFTER_S``); the link then fails closed (its traffic is dropped), and the death is
 recorded on the network so a running trial is marked failed, never silently
 left without its latency.
 """
@@ -36,7 +36,7 @@ def watch(net: Any) -> Any:
     from traffic_control.userspace import Watchdog
 
     def on_death(imp: Any, health: Any) -> None:
-        net.impairment_failures.append(f"{getattr(imp, 'node', '?')}:{imp.ifname}: {health}")
+        net.impairment_failures.append(f"{getattr(imp, 'node', '?')}:{imp.ifname}: {health.state} ({health.reason})")
         net.log(f"ERROR: userspace impairment on {getattr(imp, 'node', '?')}:{imp.ifname} died "
                 "(its link now drops traffic: fail closed)")
 

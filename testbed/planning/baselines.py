@@ -209,7 +209,7 @@ def intra_dc_time(graph: nx.DiGraph, size_bytes: int) -> float:
     prediction covers the WAN part only; add this for a whole all-reduce.
     """
     worst = 0.0
-    for dc, data in graph.nodes(data=True):
+    for _dc, data in graph.nodes(data=True):
         k = int(data.get("hosts", 1) or 1)
         if k <= 1:
             continue

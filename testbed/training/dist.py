@@ -71,6 +71,14 @@ def ranks_by_dc(peers: Sequence[Peer]) -> list[list[int]]:
     return [[p.rank for p in peers if p.dc == dc] for dc in dc_order(peers)]
 
 
+def ring_wan_bytes(sent: int, ring: Sequence[int], rank: int, peers: Sequence[Peer]) -> int:
+    """Bytes of a ring step that crossed DCs: a ring rank sends only to its successor."""
+    if rank not in ring or len(ring) < 2:
+        return 0
+    nxt = ring[(ring.index(rank) + 1) % len(ring)]
+    return sent if peers[nxt].dc != peers[rank].dc else 0
+
+
 def sync_phase(peers: Sequence[Peer], ranks: Sequence[int]) -> str:
     """``intra_sync`` when all ranks are in one DC, else ``wan_sync``."""
     return "intra_sync" if len({peers[r].dc for r in ranks}) <= 1 else "wan_sync"

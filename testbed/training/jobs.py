@@ -20,6 +20,7 @@ Job file fields (JSON object):
 ``rendezvous_port`` ... and port (``training.rendezvous_port``)
 ``server_addr``     parameter server address/port (null for BSP)
 ``server_port``
+``server_dc``       the server's DC (so spans can say which bytes crossed the WAN)
 ``peers``           every worker: ``{rank, host, dc, address, group}``
 ``groups``          Gsyn: worker ranks per group, leader first (null otherwise)
 ``training``        the validated training section (``TrainingConfig.to_dict()``:
@@ -94,6 +95,7 @@ class Job:
     t0_ns: int
     slowdown_factor: float = 1.0
     slowdown_delays: list[DelayDist] = field(default_factory=list)
+    server_dc: str | None = None  # the parameter server's DC (byte accounting: does a push cross the WAN?)
 
     @property
     def name(self) -> str:
@@ -178,6 +180,7 @@ def make_jobs(
         "rendezvous_port": tc.rendezvous_port,
         "server_addr": server.address if server else None,
         "server_port": tc.server_port if server else None,
+        "server_dc": server.dc if server else None,
         "peers": peers,
         "groups": groups,
         "training": tc,

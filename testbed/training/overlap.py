@@ -160,7 +160,7 @@ class GradSync:
     def __init__(self, job: Job, kind: str, plan: Any = None) -> None:
         self.kind = kind
         self.rank = job.rank
-        peers = job.peers
+        peers = self.peers = job.peers
         everyone = list(range(job.world_size))
         timeout = timedelta(seconds=job.training.comm_timeout_s)
         self.group = dist.new_group(everyone, timeout=timeout) if job.world_size > 1 else None
@@ -188,12 +188,15 @@ class GradSync:
             with rec.span(self.phase, step=step, op="ring_allreduce", peers=len(self.ring), **extra) as sp:
                 sent = ring_allreduce(buf, self.ring, self.group)
                 sp["bytes"] = sent
+                sp["wan_bytes"] = tdist.ring_wan_bytes(sent, self.ring, self.rank, self.peers)
             return sent
         if self.kind == "blp":
             with rec.span(self.phase, step=step, op="blp", predicted_s=round(self.plan.predicted_time_s, 6),
                           **extra) as sp:
-                sent = sum(self.blp(buf).values())
+                per_peer = self.blp(buf)
+                sent = sum(per_peer.values())
                 sp["bytes"] = sent
+                sp["wan_bytes"] = sum(b for r, b in per_peer.items() if self.peers[r].dc != self.peers[self.rank].dc)
             return sent
         members, leader = self.dcs[self.my_dc], self.dcs[self.my_dc][0]
         group = self.dc_groups[self.my_dc]
@@ -203,7 +206,7 @@ class GradSync:
             total += n
         if self.rank == leader and len(self.leaders) > 1:
             with rec.span("wan_sync", step=step, op="ring_allreduce", peers=len(self.leaders), **extra) as sp:
-                sp["bytes"] = n = ring_allreduce(buf, self.leaders, self.leader_group)
+                sp["bytes"] = sp["wan_bytes"] = n = ring_allreduce(buf, self.leaders, self.leader_group)
                 total += n
         with rec.span("intra_sync", step=step, op="broadcast", peer=leader, **extra) as sp:
             sp["bytes"] = n = star_broadcast(buf, leader, members, group)

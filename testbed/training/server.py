@@ -59,9 +59,12 @@ class ParameterServer:
             groups = job.groups or []
             self.clients = list(range(len(groups)))
             self.client_name = {g: job.peers[m[0]].host for g, m in enumerate(groups)}
+            self.client_dc = {g: job.peers[m[0]].dc for g, m in enumerate(groups)}
         else:
             self.clients = list(range(job.world_size))
             self.client_name = {r: job.peers[r].host for r in self.clients}
+            self.client_dc = {r: job.peers[r].dc for r in self.clients}
+        self.dc = job.dc
         self.staleness_bound: int | None = tc.scheme.params.staleness if tc.scheme.name == "ssp" else None
         self.version = 0
         self.clock = dict.fromkeys(self.clients, 0)
@@ -152,8 +155,9 @@ class ParameterServer:
         t0 = self.rec.now_ns()
         sent = send_msg(conn, {"op": "model", "version": version, "stop": stop, **extra}, params.numpy())
         more = {"min_clock": extra["min_clock"]} if extra.get("min_clock") is not None else {}
+        wan = sent if self.client_dc.get(client) not in (None, self.dc) else 0
         self.rec.emit("pull", t0, self.rec.now_ns() - t0, step=step, peer=self.client_name.get(client),
-                      client=client, bytes=sent, version=version, **more)
+                      client=client, bytes=sent, wan_bytes=wan, version=version, **more)
 
     def _serve(self, conn: socket.socket) -> None:
         client: int | None = None

@@ -49,7 +49,8 @@ class _Sync:
         rec = self.ctx.rec
         if self.mode == "ring":
             with rec.span(self.ring_phase, step=step, op="ring_allreduce", peers=len(self.ring)) as sp:
-                sp["bytes"] = ring_allreduce(buf, self.ring)
+                sent = ring_allreduce(buf, self.ring)
+                sp.set(bytes=sent, wan_bytes=tdist.ring_wan_bytes(sent, self.ring, self.rank, self.ctx.job.peers))
             return
         members, leader = self.dcs[self.my_dc], self.dcs[self.my_dc][0]
         group = self.dc_groups[self.my_dc]
@@ -57,7 +58,7 @@ class _Sync:
             sp["bytes"] = self.reduce(buf, leader, members, group)
         if self.rank == leader and len(self.leaders) > 1:
             with rec.span("wan_sync", step=step, op="ring_allreduce", peers=len(self.leaders)) as sp:
-                sp["bytes"] = ring_allreduce(buf, self.leaders, self.leader_group)
+                sp["bytes"] = sp["wan_bytes"] = ring_allreduce(buf, self.leaders, self.leader_group)
         with rec.span("intra_sync", step=step, op="broadcast", peer=leader) as sp:
             sp["bytes"] = star_broadcast(buf, leader, members, group)
 

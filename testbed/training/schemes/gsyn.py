@@ -49,7 +49,7 @@ def run(ctx: WorkerContext) -> int:
         if is_leader:
             client = PSClient(job.server_addr, job.server_port, g, ctx.rec, source_addr=job.address,
                               connect_timeout_s=tc.connect_timeout_s, timeout_s=tc.comm_timeout_s, name="ps",
-                              extra={"group": g})
+                              extra={"group": g}, wan=job.server_dc is not None and job.server_dc != job.dc)
             reply = client.hello()
             pbuf[:n].copy_(reply.params)
             pbuf[n], pbuf[n + 1] = float(reply.version), float(reply.stop)
@@ -63,7 +63,8 @@ def run(ctx: WorkerContext) -> int:
                 ctx.compute(step, shard=job.rank, num_shards=job.world_size, version=version, group=g)
                 gbuf = ctx.grads_out()
                 with ctx.rec.span(phase, step=step, op="ring_allreduce", peers=len(members), group=g) as sp:
-                    sp["bytes"] = ring_allreduce(gbuf, ring, pg)
+                    sent = ring_allreduce(gbuf, ring, pg)
+                    sp.set(bytes=sent, wan_bytes=tdist.ring_wan_bytes(sent, ring, job.rank, job.peers))
                 pbuf = ctx.params_out()
                 if is_leader:
                     assert client is not None

@@ -19,7 +19,8 @@ def run(ctx: WorkerContext) -> int:
     job, tc, flat = ctx.job, ctx.job.training, ctx.flat
     assert job.server_addr is not None and job.server_port is not None
     client = PSClient(job.server_addr, job.server_port, job.rank, ctx.rec, source_addr=job.address,
-                      connect_timeout_s=tc.connect_timeout_s, timeout_s=tc.comm_timeout_s, name="ps")
+                      connect_timeout_s=tc.connect_timeout_s, timeout_s=tc.comm_timeout_s, name="ps",
+                      wan=job.server_dc is not None and job.server_dc != job.dc)
     reply = client.hello()
     ctx.params_in(reply.params)
     version = reply.version
