@@ -113,6 +113,9 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
         "topology": spec.topology.to_dict(), "versions": versions(), "kernel": platform.release(),
         "argv": sys.argv, "start": time.time(),
     }
+    target = (training.get("stop") or {}).get("target")
+    if isinstance(target, dict) and target.get("metric") in ("loss", "acc"):
+        manifest["target"] = {target["metric"]: target.get("value")}  # the report's time-to-target
     result = TrialResult(scheme.label, rep, trial_dir, "failed")
     net = EmulatedNetwork(spec.topology, impairment=spec.impairment, allow_missing_netem=spec.allow_missing_netem,
                           log=say)
