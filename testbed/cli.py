@@ -55,6 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     except PermissionError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except RuntimeError as e:
+        from testbed.network.emulation import NetworkBusy
+
+        if isinstance(e, NetworkBusy):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        raise
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

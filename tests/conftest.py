@@ -2,9 +2,9 @@
 
 The leftover check runs once at the end of a session that ran as root: any
 ``tb-*`` network namespace, root-namespace link, cgroup or marked process that
-was not there when the session started is reported (and the session fails),
-then removed so the next run starts clean.  Objects of other prefixes
-(``uqt*``, ``cltest*``, ``decoy*``...) are never looked at.
+was not there when the session started is reported and the session fails.
+Nothing is removed there (``testbed clean`` does that).  Objects of other
+prefixes (``uqt*``, ``cltest*``, ``decoy*``...) are never looked at.
 """
 
 from __future__ import annotations
@@ -113,14 +113,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not new:
         return
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
-    msg = "testbed objects left behind by this session (removed now): " + json.dumps(new)
+    msg = ("testbed objects that appeared during this session and are still there: " + json.dumps(new)
+           + " -- remove them with `testbed clean` (not done here: they might belong to a network "
+           "someone else brought up meanwhile)")
     if tr is not None:
         tr.write_sep("=", "tb-* LEFTOVERS", red=True)
         tr.write_line(msg)
     else:  # pragma: no cover
         print(msg, file=sys.stderr)
-    from testbed.network.cleanup import cleanup
-
-    cleanup()
     if session.exitstatus == 0:
         session.exitstatus = 1

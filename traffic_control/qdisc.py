@@ -97,6 +97,10 @@ def leaf_op(shape: LinkShape, command: str, netem: bool) -> TcOp:
             # A netem rate keeps release times monotonic: jitter without reordering.
             params["rate"] = _bytes_rate(NO_REORDER_NETEM_RATE_BPS)
             argv += ["rate", _tc_rate(NO_REORDER_NETEM_RATE_BPS)]
+        else:
+            # Explicitly no netem rate: on `change` the kernel keeps a rate it is not
+            # sent, so switching reorder on (or jitter off) must clear it.
+            params["rate"] = 0
         return TcOp(command, "netem", LEAF_HANDLE, HTB_CLASS, params, tuple(argv))
     return TcOp(command, "pfifo", LEAF_HANDLE, HTB_CLASS, {"limit": limit}, ("limit", str(limit)))
 

@@ -29,8 +29,10 @@ from .units import format_rate, format_time, parse_packets, parse_percent, parse
 
 #: The largest skb a GSO/TSO path hands a qdisc.
 GSO_MAX_BYTES = 65536
-#: netem's own default queue limit (packets).
+#: netem's own default queue limit (packets); the derived limit does not use it as a floor.
 NETEM_DEFAULT_LIMIT = 1000
+#: Smallest derived queue limit (packets).
+MIN_LIMIT_PKTS = 64
 #: Rate given to netem only to keep jittered packets in order (bytes/s, u32 max).
 NO_REORDER_NETEM_RATE_BPS = (2**32 - 1) * 8
 #: Jitter distributions netem offers without a distribution table.
@@ -111,7 +113,7 @@ class LinkShape:
         In flight inside netem: ``rate x (delay + jitter)``.  Standing queue:
         one round trip over this link (``2 x (delay + jitter)``) of the rate.
         Their sum in MTU-sized packets times ``headroom``, and never below
-        netem's own default.
+        ``MIN_LIMIT_PKTS`` or 2 ms of the rate.
         """
         if self.limit is not None:
             return self.limit
@@ -121,7 +123,10 @@ class LinkShape:
             rate = self.rate_bps
         hold = self.delay_s + self.jitter_s
         pkts = rate / 8 * (3 * hold) / self.mtu
-        return max(NETEM_DEFAULT_LIMIT, int(math.ceil(pkts * self.headroom)))
+        # Floors: MIN_LIMIT_PKTS, and 2 ms of the rate (delay-free Gbit/s links).  Not netem's
+        # 1000 packets: that is ~480 ms of standing queue at 25 Mbit/s (bufferbloat).
+        floor = max(MIN_LIMIT_PKTS, int(math.ceil(rate / 8 * 0.002 / self.mtu)))
+        return max(floor, int(math.ceil(pkts * self.headroom)))
 
     @property
     def bdp_bytes(self) -> float:
@@ -198,6 +203,11 @@ def parse_shape_fields(data: dict[str, Any], field: str = "") -> dict[str, Any]:
     kw: dict[str, Any] = {}
     for key, value in data.items():
         name = aliases.get(key, key)
+        if key in ("delay", "rtt", "jitter") and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and value > 1:
+            # a bare number is seconds: `delay: 20` would be 20 s, almost surely meant as 20 ms
+            raise ValidationError(at(str(key)), f"bare number {value} means {value} seconds",
+                                  f"write the unit, e.g. '{value}ms' (or '{value}s' if you mean seconds)")
         if name not in SHAPE_KEYS:
             raise ValidationError(at(str(key)), "unknown key", f"use one of: {', '.join(SHAPE_KEYS)}")
         if name == "rate":

@@ -15,7 +15,7 @@ import re
 
 from .errors import ValidationError
 
-_NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+_NUM = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 
 _RATE_UNITS = {
     "": 1.0, "bit": 1.0, "bps": 1.0, "b": 1.0,
@@ -107,15 +107,15 @@ def format_rate(bps: float) -> str:
     """Shortest exact-ish human form: ``100Mbit``, ``1.12Gbit``."""
     for unit, factor in (("Gbit", 1e9), ("Mbit", 1e6), ("Kbit", 1e3)):
         if bps >= factor:
-            return f"{bps / factor:.6g}{unit}"
-    return f"{bps:.6g}bit"
+            return f"{bps / factor:.12g}{unit}"
+    return f"{bps:.12g}bit"
 
 
 def format_time(seconds: float) -> str:
     if seconds == 0:
         return "0ms"
     if seconds >= 1:
-        return f"{seconds:.6g}s"
+        return f"{seconds:.12g}s"
     if seconds >= 1e-3:
-        return f"{seconds * 1e3:.6g}ms"
-    return f"{seconds * 1e6:.6g}us"
+        return f"{seconds * 1e3:.12g}ms"
+    return f"{seconds * 1e6:.12g}us"

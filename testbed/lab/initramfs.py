@@ -68,7 +68,9 @@ done
 mount -t cgroup2 cgroup2 /newroot/sys/fs/cgroup 2> /dev/null
 mkdir -p /newroot$CTL
 mount --move /ctl /newroot$CTL || fail "cannot move the control share to $CTL"
-chroot /newroot /bin/sh "$CTL/stage2.sh"
+# mount --move, not a bare chroot: Mininet runs host processes with `mnexec -a`, which joins
+# the host shell's mount namespace and would escape a chroot (then no host path resolves)
+cd /newroot && mount --move . / && chroot . /bin/sh "$CTL/stage2.sh"
 sync
 reboot -f
 sleep 30

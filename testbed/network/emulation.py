@@ -114,6 +114,10 @@ def _userspace_available() -> bool:
     return True
 
 
+class NetworkBusy(RuntimeError):
+    """Another testbed network is up on this machine (one at a time: names share the tb- prefix)."""
+
+
 class EmulatedNetwork:
     """One emulated network; use as a context manager or call start()/stop()."""
 
@@ -151,7 +155,7 @@ class EmulatedNetwork:
             raise PermissionError("building the network needs root: run with sudo")
         existing = cleanup.owned_netns()
         if existing:
-            raise RuntimeError(f"a testbed network is already up ({len(existing)} namespaces, e.g. {existing[0]}); "
+            raise NetworkBusy(f"a testbed network is already up ({len(existing)} namespaces, e.g. {existing[0]}); "
                                "run `testbed net down` (or `testbed clean`) first")
         self.impairment = choose_impairment(self.topo, self.requested, self.allow_missing_netem, self._netem_hint)
         if self.topo.switch == "ovs":

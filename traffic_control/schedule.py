@@ -1,0 +1,142 @@
+"""Time-varying links: a CSV trace of shape changes and down/up events, played in real time.
+
+Format (header required; empty cells keep the current value)::
+
+    time,link,rate,delay,jitter,loss,state
+    0,east->west,100Mbit,20ms,,,
+    10,east->west,20Mbit,,,,
+    15,east-west,,,,,down      # 'a-b' = both directions; state: up | down
+    17,east-west,,,,,up
+
+``time`` is seconds from the start of playback (units allowed: ``1.5s``,
+``500ms``).  Rows must be in time order.  Shape changes are applied with
+``tc ... change`` (no gap for open connections); ``state`` events take the
+link's interfaces down or up.  The player is independent of what it drives:
+it calls ``apply(event)`` at each event's time, so a real NIC, a Mininet
+network or a test can be driven alike.
+"""
+
+from __future__ import annotations
+
+import csv
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ValidationError
+from .units import parse_percent, parse_rate, parse_time
+
+COLUMNS = ("time", "link", "rate", "delay", "jitter", "loss", "state")
+
+
+@dataclass(frozen=True)
+class LinkEvent:
+    time_s: float
+    src: str
+    dst: str
+    both: bool  # 'a-b': both directions
+    changes: dict[str, Any]  # LinkShape field -> value (rate_bps, delay_s, jitter_s, loss_pct)
+    state: str | None = None  # "up" | "down" | None
+
+    def directions(self) -> list[tuple[str, str]]:
+        return [(self.src, self.dst), (self.dst, self.src)] if self.both else [(self.src, self.dst)]
+
+
+def _link(value: str, field: str) -> tuple[str, str, bool]:
+    v = value.strip()
+    if "->" in v:
+        a, b = v.split("->", 1)
+        both = False
+    elif "-" in v:
+        a, b = v.split("-", 1)
+        both = True
+    else:
+        raise ValidationError(field, f"bad link {value!r}", "write 'a->b' (one direction) or 'a-b' (both)")
+    if not a or not b:
+        raise ValidationError(field, f"bad link {value!r}", "name two DCs")
+    return a.strip(), b.strip(), both
+
+
+def parse_schedule(text: str, source: str = "schedule") -> list[LinkEvent]:
+    rows = list(csv.DictReader(line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")))
+    events: list[LinkEvent] = []
+    last = 0.0
+    for i, row in enumerate(rows):
+        f = f"{source}[row {i + 2}]"
+        unknown = [k for k in row if k not in COLUMNS]
+        if unknown:
+            raise ValidationError(f"{f}.{unknown[0]}", "unknown column", f"use: {', '.join(COLUMNS)}")
+        if not row.get("time") or not row.get("link"):
+            raise ValidationError(f, "time and link are required", "e.g. 10,east->west,20Mbit,,,,")
+        t = parse_time(row["time"].strip(), f"{f}.time")
+        if t < last:
+            raise ValidationError(f"{f}.time", f"time {t} goes backwards (previous {last})", "sort rows by time")
+        last = t
+        a, b, both = _link(row["link"], f"{f}.link")
+        ch: dict[str, Any] = {}
+        if (row.get("rate") or "").strip():
+            ch["rate_bps"] = parse_rate(row["rate"].strip(), f"{f}.rate")
+        if (row.get("delay") or "").strip():
+            ch["delay_s"] = parse_time(row["delay"].strip(), f"{f}.delay")
+        if (row.get("jitter") or "").strip():
+            ch["jitter_s"] = parse_time(row["jitter"].strip(), f"{f}.jitter")
+        if (row.get("loss") or "").strip():
+            ch["loss_pct"] = parse_percent(row["loss"].strip(), f"{f}.loss")
+        state = (row.get("state") or "").strip().lower() or None
+        if state not in (None, "up", "down"):
+            raise ValidationError(f"{f}.state", f"unknown state {state!r}", "use up or down")
+        if not ch and state is None:
+            raise ValidationError(f, "row changes nothing", "give a rate/delay/jitter/loss or a state")
+        events.append(LinkEvent(t, a, b, both, ch, state))
+    return events
+
+
+def load_schedule(path: str | Path) -> list[LinkEvent]:
+    p = Path(path)
+    try:
+        return parse_schedule(p.read_text(), p.name)
+    except OSError as e:
+        raise ValidationError(str(path), f"cannot read: {e.strerror}", "check the path") from None
+
+
+class SchedulePlayer:
+    """Plays events in a background thread; ``apply(event)`` errors are collected, not raised."""
+
+    def __init__(self, events: list[LinkEvent], apply: Callable[[LinkEvent], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.events = events
+        self.apply = apply
+        self.clock = clock
+        self.errors: list[str] = []
+        self.applied: list[tuple[float, LinkEvent]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="link-schedule", daemon=True)
+        self.start_time = 0.0
+
+    def start(self) -> SchedulePlayer:
+        self.start_time = self.clock()
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        for ev in self.events:
+            wait = self.start_time + ev.time_s - self.clock()
+            if wait > 0 and self._stop.wait(wait):
+                return
+            try:
+                self.apply(ev)
+                self.applied.append((self.clock() - self.start_time, ev))
+            except Exception as e:
+                self.errors.append(f"t={ev.time_s:g}s {ev.src}->{ev.dst}: {e}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
