@@ -18,7 +18,12 @@ from traffic_control.qdisc import (
     clear_ops,
     dry_run,
 )
-from traffic_control.shape import GSO_MAX_BYTES, MIN_LIMIT_PKTS, NETEM_DEFAULT_LIMIT, parse_shape_fields
+from traffic_control.shape import (
+    GSO_MAX_BYTES,
+    MIN_LIMIT_PKTS,
+    NETEM_DEFAULT_LIMIT,
+    parse_shape_fields,
+)
 
 
 # ------------------------------------------------------------------ validation
