@@ -49,6 +49,10 @@ def make_subgroups(groups: Sequence[Sequence[int]], timeout_s: float) -> list[ob
             out.append(dist.new_group(sorted(ranks), timeout=timedelta(seconds=timeout_s)))
         else:
             out.append(None)
+    # Every rank waits until every group exists: rank 0 hosts the rendezvous store, and a
+    # group that finishes early (Gsyn groups run independently) must not tear the store
+    # down while a slow-starting rank elsewhere is still creating its own group.
+    dist.barrier()
     return out
 
 
