@@ -37,10 +37,19 @@ def worker(cfg_path: str, rank: int) -> int:
                             world_size=cfg["world"], timeout=timedelta(seconds=300))
     buf = torch.ones(cfg["size"] // 4)
     times = []
+    ring = list(range(cfg["world"]))
+    if cfg.get("impl") == "p2p":
+        from testbed.training.collectives import ring_allreduce
+
+        def allreduce(b: torch.Tensor) -> None:
+            ring_allreduce(b, ring)
+    else:
+        def allreduce(b: torch.Tensor) -> None:
+            dist.all_reduce(b)
     for i in range(cfg["iters"] + 1):
         dist.barrier()
         t0 = time.perf_counter()
-        dist.all_reduce(buf)
+        allreduce(buf)
         dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
         dist.all_reduce(dt, op=dist.ReduceOp.MAX)
         if i:
@@ -58,6 +67,9 @@ def main() -> int:
     ap.add_argument("--rate", default="100Mbit")
     ap.add_argument("--size", default="20MB")
     ap.add_argument("--iters", type=int, default=3)
+    ap.add_argument("--impl", choices=("gloo", "p2p"), default="gloo",
+                    help="gloo's own all_reduce, or the testbed's point-to-point ring (what the schemes use)")
+    ap.add_argument("--delay", default="0ms", help="one-way delay per link (netem, or the userspace backend)")
     ap.add_argument("--worker", nargs=2, metavar=("CFG", "RANK"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -71,12 +83,14 @@ def main() -> int:
 
     rate, size, n = parse_rate(args.rate), parse_size(args.size), args.dcs
     names = [f"d{i}" for i in range(n)]
-    links = [{"a": names[i], "b": names[(i + 1) % n], "rate": rate} for i in range(n if n > 2 else 1)]
+    links = [{"a": names[i], "b": names[(i + 1) % n], "rate": rate, "delay": args.delay}
+             for i in range(n if n > 2 else 1)]
     topo = from_dict({"name": f"ring{n}", "dcs": [{"name": d, "hosts": 1} for d in names], "links": links})
     tmp = tempfile.mkdtemp(prefix="ringbench-")
-    with EmulatedNetwork(topo, impairment="none", with_ps=False) as net:
+    with EmulatedNetwork(topo, impairment="auto", allow_missing_netem=True, with_ps=False) as net:
         hosts = [net.plan.nodes[f"{d}-h1"] for d in names]
-        cfg = {"master": hosts[0].ip, "world": n, "size": size, "iters": args.iters, "out": f"{tmp}/times.json"}
+        cfg = {"master": hosts[0].ip, "world": n, "size": size, "iters": args.iters, "out": f"{tmp}/times.json",
+               "impl": args.impl}
         with open(f"{tmp}/cfg.json", "w") as f:
             json.dump(cfg, f)
         procs = [net.popen(h.name, [sys.executable, __file__, "--worker", f"{tmp}/cfg.json", str(r)],
@@ -89,7 +103,8 @@ def main() -> int:
         times = json.load(f)
     med = statistics.median(times)
     optimal = 2 * (n - 1) / n * size * 8 / (rate * TCP_PAYLOAD_FRACTION)
-    print(f"ring all-reduce, {n} ranks in {n} DCs, {size / 1e6:g} MB over {args.rate} links")
+    print(f"ring all-reduce ({args.impl}), {n} ranks in {n} DCs, {size / 1e6:g} MB over {args.rate} links, "
+          f"{args.delay} one-way delay (bandwidth term only in the optimum)")
     print(f"measured median {med:.3f} s (runs: {', '.join(f'{t:.3f}' for t in times)}), "
           f"bandwidth-optimal {optimal:.3f} s, optimal/measured = {optimal / med:.3f}")
     return 0
