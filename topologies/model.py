@@ -20,7 +20,7 @@ from typing import Any
 
 import networkx as nx
 
-from traffic_control.errors import ValidationError
+from traffic_control.errors import ValidationError, check_keys
 from traffic_control.shape import SHAPE_KEYS, LinkShape, parse_shape_fields
 
 #: Longest DC name: ``tb-<dc>-<port>`` (bridge port names) must fit in 15 bytes.
@@ -235,11 +235,7 @@ DC_KEYS = ("name", "hosts", "lan", "cpu", "label")
 DEFAULT_KEYS = ("hosts", "lan", "wan", "cpu")
 
 
-def _unknown(data: dict[str, Any], allowed: tuple[str, ...], field: str) -> None:
-    for k in data:
-        if k not in allowed:
-            where = f"{field}.{k}" if field else str(k)
-            raise ValidationError(where, "unknown key", f"use one of: {', '.join(allowed)}")
+_unknown = check_keys
 
 
 def _mapping(value: Any, field: str, example: str) -> dict[str, Any]:

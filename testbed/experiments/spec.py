@@ -30,7 +30,7 @@ from typing import Any
 
 from topologies import Topology, from_dict, load
 from topologies.loader import read_mapping
-from traffic_control.errors import ValidationError
+from traffic_control.errors import ValidationError, check_keys
 from traffic_control.units import parse_time
 
 from ..network.addressing import plan_network
@@ -96,9 +96,7 @@ def parse_experiment(data: Any, source: str = "") -> ExperimentSpec:
 
     if not isinstance(data, dict):
         raise ValidationError("experiment", "expected a mapping", "see README: experiment spec reference")
-    for k in data:
-        if k not in KEYS:
-            raise ValidationError(str(k), "unknown key", f"use one of: {', '.join(KEYS)}")
+    check_keys(data, KEYS)
     name = data.get("name") or (Path(source).stem if source else "")
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name or ""):
         raise ValidationError("name", f"bad experiment name {name!r}", "use letters, digits, '_', '-', '.'")
@@ -137,9 +135,7 @@ def parse_experiment(data: Any, source: str = "") -> ExperimentSpec:
     col_raw = data.get("collectors", {}) or {}
     if not isinstance(col_raw, dict):
         raise ValidationError("collectors", "expected a mapping", "e.g. collectors: {rate_hz: 10}")
-    for k in col_raw:
-        if k not in COLLECTOR_KEYS:
-            raise ValidationError(f"collectors.{k}", "unknown key", f"use one of: {', '.join(COLLECTOR_KEYS)}")
+    check_keys(col_raw, COLLECTOR_KEYS, "collectors")
     rate = col_raw.get("rate_hz", 10.0)
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= 1000:
         raise ValidationError("collectors.rate_hz", f"expected a rate in (0, 1000] Hz, got {rate!r}", "e.g. 10")
@@ -179,9 +175,7 @@ def parse_experiment(data: Any, source: str = "") -> ExperimentSpec:
             entry = {"label": entry, "scheme": {"name": entry}}
         if not isinstance(entry, dict):
             raise ValidationError(f, "expected a scheme name or a mapping", "e.g. {label: ssp2, scheme: {name: ssp, staleness: 2}}")
-        for k in entry:
-            if k not in ("label", "scheme", "training"):
-                raise ValidationError(f"{f}.{k}", "unknown key", "use label, scheme, training")
+        check_keys(entry, ("label", "scheme", "training"), f)
         scheme = entry.get("scheme")
         if isinstance(scheme, str):
             scheme = {"name": scheme}

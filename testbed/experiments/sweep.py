@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from topologies.loader import read_mapping
-from traffic_control.errors import ValidationError
+from traffic_control.errors import ValidationError, check_keys
 from traffic_control.shape import SHAPE_KEYS
 
 from .runner import run_experiment
@@ -88,9 +88,7 @@ def expand(sweep: dict[str, Any], source: str = "") -> tuple[str, list[tuple[dic
     """Validate a sweep spec; return its name and (point, experiment mapping) for every grid point."""
     if not isinstance(sweep, dict):
         raise ValidationError("sweep", "expected a mapping", "see README: sweep spec")
-    for k in sweep:
-        if k not in SWEEP_KEYS:
-            raise ValidationError(str(k), "unknown key", f"use one of: {', '.join(SWEEP_KEYS)}")
+    check_keys(sweep, SWEEP_KEYS)
     name = sweep.get("name") or (Path(source).stem if source else "sweep")
     base = sweep.get("experiment")
     if isinstance(base, str):
