@@ -1,9 +1,11 @@
 """Delay, jitter, reordering, loss, queue sizing and run-time changes under a kernel that has sch_netem.
 
-Skipped cleanly where netem is missing (this CI kernel): ``make test`` runs
-this module inside the kernel lab (a stock Debian kernel under QEMU TCG), where
-everything is slow, so the network is built once for the module, pings are
-few and iperf3 runs are short.
+Every test runs once per impairment backend: ``netem`` where the kernel has
+sch_netem (``make test`` runs this module inside the kernel lab, a stock
+Debian kernel under QEMU TCG, where everything is slow: the network is built
+once per backend, pings are few, iperf3 runs short), and ``userspace`` (the
+NFQUEUE backend) natively, on kernels without netem too — the same
+behaviour is asked of both.  A backend that cannot run here is skipped.
 
 The network (one host in a, b, c; routers only in d, e, f)::
 
@@ -71,21 +73,38 @@ def _netem_ok() -> tuple[bool, str]:
     return cap.ok, cap.detail
 
 
-@pytest.fixture(scope="module")
-def net():
-    ok, why = _netem_ok()
+def _userspace_ok() -> tuple[bool, str]:
+    if os.geteuid() != 0:
+        return False, "needs root"
+    if IN_LAB:
+        return False, "the userspace backend is tested natively; the lab is for netem"
+    from traffic_control.userspace import available
+
+    return available()
+
+
+@pytest.fixture(scope="module", params=["netem", "userspace"])
+def net(request):
+    backend = request.param
+    ok, why = _netem_ok() if backend == "netem" else _userspace_ok()
     if not ok:
-        pytest.skip(f"this kernel has no usable sch_netem ({why}); run inside the kernel lab "
-                    "(`testbed lab -- python -m pytest -m netem tests/netem`)")
+        pytest.skip(f"{backend} backend not usable here ({why})"
+                    + ("; run inside the kernel lab (`testbed lab -- python -m pytest -m netem tests/netem`)"
+                       if backend == "netem" else ""))
     from testbed.network.emulation import EmulatedNetwork
 
-    n = EmulatedNetwork(from_dict(SPEC), impairment="netem", with_ps=False)
+    n = EmulatedNetwork(from_dict(SPEC), impairment=backend, with_ps=False)
     n.start()
     try:
-        assert n.impairment.backend == "netem" and not n.impairment.skipped
+        assert n.impairment.backend == backend and not n.impairment.skipped
         yield n
     finally:
         n.stop()
+
+
+def daemon_shape(net, node: str, ifname: str):
+    """The shape the userspace daemon on node:ifname applies."""
+    return next(imp.shape for imp in net.userspace if imp.node == node and imp.ifname == ifname)
 
 
 # ----------------------------------------------------------------- helpers
@@ -132,7 +151,8 @@ def netem_stats(net, node: str, ifname: str) -> dict[str, Any]:
     from traffic_control import netlink as tcnl
 
     info = tcnl.show(ifname, netns=net.netns(node))
-    q = next(q for q in info["qdiscs"] if q["kind"] == "netem")
+    # netem's queue; with the userspace backend the HTB leaf (pfifo) is where the queue sits
+    q = next(q for q in info["qdiscs"] if q["kind"] == "netem" or (q["kind"] == "pfifo" and q["parent"] == "1:1"))
     return {**q["stats"], "limit": q["limit"]}
 
 
@@ -158,6 +178,13 @@ def test_read_back_matches_the_spec(net):
     for w in net.plan.wans:
         for node, ifn, shape in ((w.a_router, w.a_if, w.forward), (w.b_router, w.b_if, w.reverse)):
             got = rb[f"{node}:{ifn}"]["shape"]
+            if net.impairment.backend == "userspace":
+                assert got["rate_bps"] == pytest.approx(shape.rate_bps)  # HTB stays in the kernel
+                assert got["limit"] == shape.netem_limit
+                d = daemon_shape(net, node, ifn)
+                assert (d.delay_s, d.jitter_s, d.loss_pct, d.reorder) == pytest.approx(
+                    (shape.delay_s, shape.jitter_s, shape.loss_pct, shape.reorder))
+                continue
             assert got["delay_s"] == pytest.approx(shape.delay_s, abs=2e-6)
             assert got["jitter_s"] == pytest.approx(shape.jitter_s, abs=2e-6)
             assert got["loss_pct"] == pytest.approx(shape.loss_pct, abs=1e-6)
@@ -251,12 +278,17 @@ def test_reorder_switch_changes_in_place(net):
     w = wan(net, "b", "d")
     old = w.forward
     key = f"{w.a_router}:{w.a_if}"
+    def reorder() -> bool:
+        if net.impairment.backend == "userspace":
+            return daemon_shape(net, w.a_router, w.a_if).reorder
+        return net.read_back()[key]["shape"]["reorder"]
+
     net.change_link("b", "d", old.with_changes(reorder=True))
     try:
-        assert net.read_back()[key]["shape"]["reorder"] is True
+        assert reorder() is True
     finally:
         net.change_link("b", "d", old)
-    assert net.read_back()[key]["shape"]["reorder"] is False
+    assert reorder() is False
 
 
 # -------------------------------------------------------------------- loss
@@ -316,7 +348,11 @@ def test_change_delay_and_rate_on_a_live_connection(net):
         pr = ping(net, router("a"), peer_ip(net, "a", "b"), count=5, interval=0.1)
         assert rtt_ok(pr.min_s, 0.080), _rtt_msg(pr.min_s, 0.080)
         got = net.read_back()[f"{w.a_router}:{w.a_if}"]["shape"]
-        assert got["delay_s"] == pytest.approx(0.040, abs=2e-6) and got["rate_bps"] == pytest.approx(25e6)
+        assert got["rate_bps"] == pytest.approx(25e6)
+        if net.impairment.backend == "userspace":
+            assert daemon_shape(net, w.a_router, w.a_if).delay_s == pytest.approx(0.040)
+        else:
+            assert got["delay_s"] == pytest.approx(0.040, abs=2e-6)
     finally:
         if cli.poll() is None:
             cli.kill()
