@@ -41,7 +41,7 @@ TESTBED_MODULES = [
     "veth", "bridge", "macvlan", "vxlan", "tun", "ifb", "8021q",
     "sch_htb", "sch_tbf", "sch_netem", "sch_ingress", "sch_prio", "sch_fq", "sch_sfq",
     "cls_u32", "cls_fw", "cls_matchall", "cls_bpf", "act_mirred", "act_gact",
-    "nfnetlink_queue", "xt_NFQUEUE", "nft_queue", "nft_compat",
+    "nfnetlink_queue", "xt_NFQUEUE", "xt_comment", "nft_queue", "nft_compat", "nf_tables",
     "ip_tables", "iptable_filter", "iptable_mangle", "iptable_nat", "ip6_tables", "ip6table_filter",
 ]
 
