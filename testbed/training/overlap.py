@@ -174,12 +174,15 @@ class GradSync:
             self.my_dc = next(i for i, m in enumerate(self.dcs) if self.rank in m)
             self.reduce = StarReducer()
         elif kind == "blp":
-            from testbed.planning.executor import BlpAllReduce
+            from testbed.planning.executor import BlpAllReduce, make_dc_groups
 
             if plan is None:
                 raise ValueError("sync: blp needs a plan")
             self.plan = plan
-            self.blp = BlpAllReduce(plan, self.rank, {p.rank: p.dc for p in peers})
+            dc_of_rank = {p.rank: p.dc for p in peers}
+            # intra-DC reduce/broadcast as gloo collectives on per-DC groups: gloo's point-to-point
+            # send/recv stalls in ~40 ms steps on shaped links (see collectives.ring_allreduce)
+            self.blp = BlpAllReduce(plan, self.rank, dc_of_rank, group_of_dc=make_dc_groups(dc_of_rank))
         elif kind != "allreduce":
             raise ValueError(f"unknown sync kind {kind!r}")
 
