@@ -189,20 +189,24 @@ def convergence(metrics: pd.DataFrame, out_dir: Path, metric: str = "loss",
         for scheme in style.sort_schemes(m["scheme"].unique()):
             ms = m[m["scheme"] == scheme]
             st = style.scheme_style(scheme)
+            # multi-expert runs: one curve per expert (their losses differ; mixed they zigzag)
+            per_expert = "expert" in ms.columns and pd.to_numeric(ms["expert"], errors="coerce").notna().any()
+            parts = list(ms.groupby(pd.to_numeric(ms["expert"], errors="coerce"))) if per_expert else [(None, ms)]
             for ax, xcol in ((ax_t, "wall_s"), (ax_s, "step")):
-                curves = []
-                for _, g in ms.groupby(keys):
-                    g = g.sort_values(xcol)
-                    curves.append((g[xcol].to_numpy(float), g[metric].to_numpy(float) * scale))
-                if len(curves) == 1:
-                    x, y = curves[0]
-                    ax.plot(x, y, color=st["color"], linestyle=st["linestyle"])
-                    continue
-                grid, med, lo, hi = _spread(curves)
-                ax.fill_between(grid, lo, hi, color=st["color"], alpha=0.18, linewidth=0)
-                ax.plot(grid, med, color=st["color"], linestyle=st["linestyle"])
+                for _, mp in parts:
+                    curves = []
+                    for _, g in mp.groupby(keys):
+                        g = g.sort_values(xcol)
+                        curves.append((g[xcol].to_numpy(float), g[metric].to_numpy(float) * scale))
+                    if len(curves) == 1:
+                        x, y = curves[0]
+                        ax.plot(x, y, color=st["color"], linestyle=st["linestyle"])
+                        continue
+                    grid, med, lo, hi = _spread(curves)
+                    ax.fill_between(grid, lo, hi, color=st["color"], alpha=0.18, linewidth=0)
+                    ax.plot(grid, med, color=st["color"], linestyle=st["linestyle"])
             handles.append(Line2D([], [], color=st["color"], linestyle=st["linestyle"],
-                                  label=scheme))
+                                  label=f"{scheme} (per expert)" if per_expert else scheme))
         ax_t.set_xlabel("Wall time (s)")
         ax_s.set_xlabel("Training steps")
         for ax in (ax_t, ax_s):
