@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""The Gsyn planner's prediction beside a measured sweep over the group count G.
+
+Reads a finished ``testbed sweep`` over ``gsyn`` with different ``groups``
+(benchmarks/gsyn_groups_sweep.yaml): per point the measured mean time to the
+experiment's target (first evaluation reaching it, from metrics.csv), and
+planner inputs measured from the spans of the G = N point (per-host compute
+times, ring all-reduce and server round trips).  Then it runs the planner
+(``testbed.training.gsyn_plan``) twice: with its default staleness penalty
+(a prediction made without the sweep's times) and fitted to the sweep, and
+prints predicted and measured side by side.  Records only; no network.
+
+    .venv/bin/python benchmarks/gsyn_plan_vs_sweep.py results/gsyn_groups/sweep
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from testbed.training.gsyn_plan import format_plan, inputs_from_spans, load_spec, plan  # noqa: E402
+
+
+def time_to_target(trial: Path, metric: str, value: float) -> float | None:
+    p = trial / "metrics.csv"
+    if not p.exists():
+        return None
+    for row in csv.DictReader(p.open()):
+        try:
+            v = float(row[metric])
+        except (KeyError, ValueError):
+            continue
+        if (v >= value) if metric == "acc" else (v <= value):
+            return float(row["wall_s"])
+    return None
+
+
+def main() -> int:
+    root = Path(sys.argv[1])
+    measured: dict[int, float] = {}
+    spans_for_inputs: list[dict] = []
+    n_workers = 0
+    for point in sorted((root / "points").glob("*/done.json")):
+        pdir = point.parent
+        for trial in sorted((pdir / "trials").glob("*-r*")):
+            m = json.loads((trial / "manifest.json").read_text())
+            g = m["training"]["scheme"].get("groups")
+            target = m.get("target") or {}
+            metric, value = next(iter(target.items())) if target else ("loss", 1.0)
+            t = time_to_target(trial, metric, float(value))
+            if g is None or t is None:
+                continue
+            measured.setdefault(int(g), []).append(t)  # type: ignore[arg-type]
+            n_workers = len([j for j in (trial / "jobs").glob("*.json")
+                             if json.loads(j.read_text())["role"] == "worker"])
+            if int(g) == n_workers and not spans_for_inputs:
+                for f in (trial / "events").glob("*.jsonl"):
+                    spans_for_inputs += [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+    if not measured or not spans_for_inputs:
+        print("need a finished sweep with a G = N point (benchmarks/gsyn_groups_sweep.yaml)")
+        return 1
+    means = {g: statistics.mean(ts) for g, ts in measured.items()}  # type: ignore[arg-type]
+    spec = inputs_from_spans(spans_for_inputs)
+    spec.setdefault("allreduce_s", {"intra_dc": 0.005, "cross_dc": 0.05})
+    spec["candidates"] = sorted(means)
+    print("measured mean time to target per G:", {g: round(t, 2) for g, t in sorted(means.items())})
+    for penalty in (0.5, "fit"):
+        spec["staleness_penalty"] = penalty
+        spec["measured"] = {g: t for g, t in means.items()}
+        p = plan(load_spec(spec))
+        print(f"\nstaleness penalty {penalty}: predicted best G = {p.best}, measured best G = "
+              f"{min(means, key=means.get)}")
+        print(format_plan(p))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
