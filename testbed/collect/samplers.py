@@ -480,6 +480,8 @@ class ProcSampler(PeriodicSampler):
         for pid, (t, p) in items:
             try:
                 with p.oneshot():
+                    if p.status() == psutil.STATUS_ZOMBIE:  # exited, not yet reaped: no memory to report
+                        raise psutil.ZombieProcess(pid)
                     cpu = p.cpu_percent(None)
                     rss = p.memory_info().rss
             except psutil.Error:  # exited (or zombie): stop sampling it

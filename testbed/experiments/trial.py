@@ -290,6 +290,12 @@ def _result(res: Any, monitor: _Monitor, label: str, rep: int, trial_dir: Path,
     if bad is not None and bad.log.exists():
         tail = bad.log.read_text(errors="replace").strip().splitlines()[-3:]
         reason += " | " + " | ".join(tail)
+    # A crash takes its peers down within the same poll (their collectives break), so the first
+    # failure seen need not be the cause: name every process that failed by itself.
+    own = sorted((r for r in res.procs if r.returncode not in (None, 0) and not r.stopped
+                  and r.name != res.first_failure), key=lambda r: (r.ended_s or 0.0, r.name))
+    if own:
+        reason += " | also failed on their own: " + ", ".join(f"{r.name} (status {r.returncode})" for r in own)
     return TrialResult(label, rep, trial_dir, status, reason)
 
 
