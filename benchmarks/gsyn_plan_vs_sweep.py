@@ -4,8 +4,9 @@
 Reads a finished ``testbed sweep`` over ``gsyn`` with different ``groups``
 (benchmarks/gsyn_groups_sweep.yaml): per point the measured mean time to the
 experiment's target (first evaluation reaching it, from metrics.csv), and
-planner inputs measured from the spans of the G = N point (per-host compute
-times, ring all-reduce and server round trips).  Then it runs the planner
+planner inputs measured from the spans of all its trials (per-host compute
+times, ring all-reduce and server round trips; pooled, since in a short
+G = N trial the remote workers may barely start before the target is hit).  Then it runs the planner
 (``testbed.training.gsyn_plan``) twice: with its default staleness penalty
 (a prediction made without the sweep's times) and fitted to the sweep, and
 prints predicted and measured side by side.  Records only; no network.
@@ -44,7 +45,6 @@ def main() -> int:
     root = Path(sys.argv[1])
     measured: dict[int, float] = {}
     spans_for_inputs: list[dict] = []
-    n_workers = 0
     for point in sorted((root / "points").glob("*/done.json")):
         pdir = point.parent
         for trial in sorted((pdir / "trials").glob("*-r*")):
@@ -56,13 +56,14 @@ def main() -> int:
             if g is None or t is None:
                 continue
             measured.setdefault(int(g), []).append(t)  # type: ignore[arg-type]
-            n_workers = len([j for j in (trial / "jobs").glob("*.json")
-                             if json.loads(j.read_text())["role"] == "worker"])
-            if int(g) == n_workers and not spans_for_inputs:
-                for f in (trial / "events").glob("*.jsonl"):
-                    spans_for_inputs += [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+            for f in (trial / "events").glob("*.jsonl"):
+                for x in f.read_text().splitlines():
+                    try:
+                        spans_for_inputs.append(json.loads(x))
+                    except json.JSONDecodeError:
+                        continue
     if not measured or not spans_for_inputs:
-        print("need a finished sweep with a G = N point (benchmarks/gsyn_groups_sweep.yaml)")
+        print("need a finished sweep over gsyn groups (benchmarks/gsyn_groups_sweep.yaml)")
         return 1
     means = {g: statistics.mean(ts) for g, ts in measured.items()}  # type: ignore[arg-type]
     spec = inputs_from_spans(spans_for_inputs)
