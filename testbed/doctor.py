@@ -24,16 +24,18 @@ TOOLS = {
     "mnexec": "apt install mininet",
     "iptables": "apt install iptables",
 }
+#: Python packages come from the project's own installer, never from a hand-run pip.
+BOOTSTRAP_FIX = "sudo scripts/bootstrap.sh (installs the project's Python dependencies into .venv)"
 PY_MODULES = {
     "mininet": "apt install mininet, and make the venv with --system-site-packages (scripts/bootstrap.sh)",
-    "pyroute2": "pip install pyroute2 (scripts/bootstrap.sh)",
+    "pyroute2": BOOTSTRAP_FIX,
     "torch": "scripts/bootstrap.sh (TORCH_VARIANT=cpu|cuda)",
-    "networkx": "pip install networkx",
-    "scipy": "pip install scipy",
-    "matplotlib": "pip install matplotlib",
-    "yaml": "pip install PyYAML",
-    "psutil": "pip install psutil",
-    "sklearn": "pip install scikit-learn",
+    "networkx": BOOTSTRAP_FIX,
+    "scipy": BOOTSTRAP_FIX,
+    "matplotlib": BOOTSTRAP_FIX,
+    "yaml": BOOTSTRAP_FIX,
+    "psutil": BOOTSTRAP_FIX,
+    "sklearn": BOOTSTRAP_FIX,
 }
 
 

@@ -50,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
     try:  # heavy imports only when used; pandas is an optional dependency
         from testbed.analysis.report import Options, report
     except ImportError as exc:
-        print(f"testbed report: needs {exc.name or exc}: pip install 'geo-testbed[tables]'",
-              file=sys.stderr)
+        print(f"testbed report: needs {exc.name or exc}: run sudo scripts/bootstrap.sh "
+              "(installs the project's dependencies)", file=sys.stderr)
         return 1
     path: Path = args.path
     if not path.is_dir():
