@@ -48,46 +48,43 @@ class MetricsWriter:
             self._fh.close()
 
 
-class Evaluator:
-    def __init__(self, workload: Any, rec: Recorder, metrics_path: str | Path,
-                 target: Any | None = None, device: torch.device | str = "cpu") -> None:
-        from testbed.training.flat import FlatModel
+def meets(target: Any | None, res: dict[str, Any]) -> bool:
+    """Whether one evaluation result reaches the stop target (acc >= value, loss <= value)."""
+    if target is None:
+        return False
+    v = res.get(target.metric)
+    return v is not None and (v >= target.value if target.metric == "acc" else v <= target.value)
 
-        self.workload = workload
+
+class SnapshotEvaluator:
+    """The machinery both evaluators share: newest snapshot per key, one background thread.
+
+    ``_put(key, job)`` replaces the pending job of ``key`` (older ones are
+    dropped, never queued up); the thread runs ``_evaluate(key, *job)`` for
+    the pending keys in key order.  Subclasses build the models and write rows.
+    """
+
+    def __init__(self, rec: Recorder, metrics_path: str | Path, target: Any | None, name: str) -> None:
         self.rec = rec
         self.target = target
-        self.flat = FlatModel(workload.build_model(), device)
-        self.flat.model.eval()
         self.writer = MetricsWriter(metrics_path)
         self.reached = threading.Event()
-        self.last: dict[str, Any] | None = None
         self._cv = threading.Condition()
-        self._pending: tuple[int, int, float, torch.Tensor] | None = None
+        self._pending: dict[int, tuple[int, int, float, torch.Tensor]] = {}
         self._busy = False
         self._closed = False
-        self._thread = threading.Thread(target=self._loop, name="evaluator", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, step: int, updates: int, params: torch.Tensor, wall_s: float | None = None) -> None:
-        """Queue a snapshot (the caller's tensor is copied)."""
+    def _put(self, key: int, step: int, updates: int, params: torch.Tensor, wall_s: float | None = None) -> None:
         snap = params.detach().to("cpu", copy=True)
         with self._cv:
-            self._pending = (step, updates, self.rec.wall_s() if wall_s is None else wall_s, snap)
+            self._pending[key] = (step, updates, self.rec.wall_s() if wall_s is None else wall_s, snap)
             self._cv.notify_all()
-
-    def final(self, step: int, updates: int, params: torch.Tensor) -> dict[str, Any]:
-        """Evaluate synchronously (after the pending one) unless this exact update was evaluated."""
-        self.drain()
-        if self.last is not None and self.last["updates"] == updates:
-            return self.last
-        self.submit(step, updates, params)
-        self.drain()
-        assert self.last is not None
-        return self.last
 
     def drain(self) -> None:
         with self._cv:
-            while self._pending is not None or self._busy:
+            while self._pending or self._busy:
                 self._cv.wait(0.05)
 
     def close(self) -> None:
@@ -101,29 +98,57 @@ class Evaluator:
     def _loop(self) -> None:
         while True:
             with self._cv:
-                while self._pending is None and not self._closed:
+                while not self._pending and not self._closed:
                     self._cv.wait()
-                if self._pending is None:
+                if not self._pending:
                     return
-                step, updates, wall_s, snap = self._pending
-                self._pending = None
+                key = min(self._pending)
+                job = self._pending.pop(key)
                 self._busy = True
             try:
-                self._evaluate(step, updates, wall_s, snap)
+                self._evaluate(key, *job)
             finally:
                 with self._cv:
                     self._busy = False
                     self._cv.notify_all()
 
-    def _evaluate(self, step: int, updates: int, wall_s: float, snap: torch.Tensor) -> None:
+    def _evaluate(self, key: int, step: int, updates: int, wall_s: float, snap: torch.Tensor) -> None:
+        raise NotImplementedError
+
+
+class Evaluator(SnapshotEvaluator):
+    """One model (BSP rank 0, the parameter server)."""
+
+    def __init__(self, workload: Any, rec: Recorder, metrics_path: str | Path,
+                 target: Any | None = None, device: torch.device | str = "cpu") -> None:
+        from testbed.training.flat import FlatModel
+
+        self.workload = workload
+        self.flat = FlatModel(workload.build_model(), device)
+        self.flat.model.eval()
+        self.last: dict[str, Any] | None = None
+        super().__init__(rec, metrics_path, target, "evaluator")
+
+    def submit(self, step: int, updates: int, params: torch.Tensor, wall_s: float | None = None) -> None:
+        """Queue a snapshot (the caller's tensor is copied)."""
+        self._put(0, step, updates, params, wall_s)
+
+    def final(self, step: int, updates: int, params: torch.Tensor) -> dict[str, Any]:
+        """Evaluate synchronously (after the pending one) unless this exact update was evaluated."""
+        self.drain()
+        if self.last is not None and self.last["updates"] == updates:
+            return self.last
+        self.submit(step, updates, params)
+        self.drain()
+        assert self.last is not None
+        return self.last
+
+    def _evaluate(self, key: int, step: int, updates: int, wall_s: float, snap: torch.Tensor) -> None:
         with self.rec.span("eval", step=step, updates=updates) as sp:
             self.flat.load(snap.to(self.flat.device))
             res = self.workload.evaluate(self.flat.model)
             sp.set(loss=res.get("loss"), acc=res.get("acc"))
         self.writer.write(step, wall_s, res.get("loss"), res.get("acc"), updates)
         self.last = {"step": step, "updates": updates, "wall_s": wall_s, **res}
-        t = self.target
-        if t is not None:
-            value = res.get(t.metric)
-            if value is not None and (value >= t.value if t.metric == "acc" else value <= t.value):
-                self.reached.set()
+        if meets(self.target, res):
+            self.reached.set()

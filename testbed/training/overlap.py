@@ -45,7 +45,7 @@ import torch.distributed as dist
 from testbed.collect.recorder import Recorder, events_path
 from testbed.training import dist as tdist
 from testbed.training.collectives import StarReducer, ring_allreduce, star_broadcast
-from testbed.training.evaluator import MetricsWriter
+from testbed.training.evaluator import SnapshotEvaluator, meets
 from testbed.training.flat import FlatModel, make_optimizer
 from testbed.training.jobs import Job
 from testbed.training.workloads import build_workload
@@ -310,7 +310,7 @@ def make_buckets(flat: FlatModel, buckets: int) -> list[tuple[int, int, list[int
 
 
 # ----------------------------------------------------------------------------- evaluation
-class ExpertEvaluator:
+class ExpertEvaluator(SnapshotEvaluator):
     """Held-out evaluation per expert on a background thread; rows ``expert = k`` in ``metrics.csv``.
 
     ``submit`` snapshots an expert's parameters (a copy) and returns; the
@@ -322,26 +322,14 @@ class ExpertEvaluator:
     def __init__(self, workloads: Sequence[Workload], rec: Recorder, metrics_path: str | Path,
                  target: Any | None = None, device: torch.device | str = "cpu") -> None:
         self.workloads = list(workloads)
-        self.rec = rec
-        self.target = target
         self.flats = [FlatModel(w.build_model(), device) for w in self.workloads]
         for f in self.flats:
             f.model.eval()
-        self.writer = MetricsWriter(metrics_path)
-        self.reached = threading.Event()
         self.last: dict[int, dict[str, Any]] = {}
-        self._cv = threading.Condition()
-        self._pending: dict[int, tuple[int, int, float, torch.Tensor]] = {}
-        self._busy = False
-        self._closed = False
-        self._thread = threading.Thread(target=self._loop, name="expert-eval", daemon=True)
-        self._thread.start()
+        super().__init__(rec, metrics_path, target, "expert-eval")
 
     def submit(self, expert: int, step: int, updates: int, params: torch.Tensor) -> None:
-        snap = params.detach().to("cpu", copy=True)
-        with self._cv:
-            self._pending[expert] = (step, updates, self.rec.wall_s(), snap)
-            self._cv.notify_all()
+        self._put(expert, step, updates, params)
 
     def final(self, expert: int, step: int, updates: int, params: torch.Tensor) -> None:
         """Evaluate the expert's final state unless that update count was already evaluated."""
@@ -351,36 +339,6 @@ class ExpertEvaluator:
             self.submit(expert, step, updates, params)
         self.drain()
 
-    def drain(self) -> None:
-        with self._cv:
-            while self._pending or self._busy:
-                self._cv.wait(0.05)
-
-    def close(self) -> None:
-        self.drain()
-        with self._cv:
-            self._closed = True
-            self._cv.notify_all()
-        self._thread.join(timeout=5)
-        self.writer.close()
-
-    def _loop(self) -> None:
-        while True:
-            with self._cv:
-                while not self._pending and not self._closed:
-                    self._cv.wait()
-                if not self._pending:
-                    return
-                expert = min(self._pending)
-                step, updates, wall_s, snap = self._pending.pop(expert)
-                self._busy = True
-            try:
-                self._evaluate(expert, step, updates, wall_s, snap)
-            finally:
-                with self._cv:
-                    self._busy = False
-                    self._cv.notify_all()
-
     def _evaluate(self, expert: int, step: int, updates: int, wall_s: float, snap: torch.Tensor) -> None:
         flat = self.flats[expert]
         with self.rec.span("eval", step=step, expert=expert, updates=updates) as sp:
@@ -389,11 +347,5 @@ class ExpertEvaluator:
             sp.set(loss=res.get("loss"), acc=res.get("acc"))
         self.writer.write(step, wall_s, res.get("loss"), res.get("acc"), updates, expert=expert)
         self.last[expert] = {"step": step, "updates": updates, "wall_s": wall_s, **res}
-        t = self.target
-        if t is not None and len(self.last) == len(self.workloads):
-            ok = []
-            for r in self.last.values():
-                v = r.get(t.metric)
-                ok.append(v is not None and (v >= t.value if t.metric == "acc" else v <= t.value))
-            if all(ok):
-                self.reached.set()
+        if len(self.last) == len(self.workloads) and all(meets(self.target, r) for r in self.last.values()):
+            self.reached.set()
