@@ -96,7 +96,7 @@ def _busybox() -> Path:
     found = shutil.which("busybox")
     if found is None:
         raise QemuMissing("busybox not found; the lab initramfs needs a static busybox",
-                          "apt-get install busybox-static")
+                          "sudo scripts/bootstrap.sh (it installs busybox-static)")
     return Path(found)
 
 

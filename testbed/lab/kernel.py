@@ -199,7 +199,7 @@ def _unpack(debs: list[Path], dest: Path) -> str:
     if not (dest / "boot" / f"vmlinuz-{kver}").is_file():
         raise KernelUnavailable(f"the kernel package has no boot/vmlinuz-{kver}")
     if find_tool("depmod") is None:
-        raise KernelUnavailable("depmod not found", "apt-get install kmod")
+        raise KernelUnavailable("depmod not found", "sudo scripts/bootstrap.sh (it installs kmod)")
     proc = _run(["depmod", "-b", str(dest), kver])
     if proc.returncode != 0:
         raise KernelUnavailable(f"depmod failed on the unpacked kernel: {proc.stderr.strip()}")

@@ -106,10 +106,10 @@ def _die_with_parent() -> None:
 def lab_available() -> tuple[bool, str]:
     """Whether this host can run the lab, without downloading or booting anything."""
     if shutil.which(QEMU) is None:
-        return False, f"{QEMU} not found (apt-get install qemu-system-x86)"
+        return False, f"{QEMU} not found (sudo scripts/bootstrap.sh installs qemu-system-x86)"
     for tool, pkg in (("busybox", "busybox-static"), ("depmod", "kmod"), ("modprobe", "kmod")):
         if find_tool(tool) is None:
-            return False, f"{tool} not found (apt-get install {pkg})"
+            return False, f"{tool} not found (sudo scripts/bootstrap.sh installs {pkg})"
     if not cached_trees(cache_root()) and (find_tool("apt-get") is None or find_tool("dpkg-deb") is None):
         return False, "no cached kernel and no apt-get/dpkg-deb to fetch one"
     return True, "qemu, busybox and kmod present; kernel " + (
@@ -252,7 +252,7 @@ def run_in_lab(
     if masked_by_tmpfs(cwd_p) and not any(s == cwd_p or s in cwd_p.parents for s in share_ps):
         share_ps.append(cwd_p)  # else the guest's tmpfs would hide it
     if shutil.which(QEMU) is None:
-        raise QemuMissing(f"{QEMU} not found", "apt-get install qemu-system-x86")
+        raise QemuMissing(f"{QEMU} not found", "sudo scripts/bootstrap.sh (it installs qemu-system-x86)")
 
     _warn_hidden_paths(argv, share_ps, log)
     with _signals_raise():
