@@ -56,11 +56,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except RuntimeError as e:
-        from testbed.network.emulation import NetworkBusy
+        from testbed.network.emulation import NetworkBusy, NotUp
+        from traffic_control.errors import TrafficControlError
 
         if isinstance(e, NetworkBusy):
             print(f"error: {e}", file=sys.stderr)
             return 2
+        if isinstance(e, (NotUp, TrafficControlError)):
+            print(f"error: {e}", file=sys.stderr)
+            return 1
         raise
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

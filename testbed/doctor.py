@@ -98,6 +98,52 @@ def _userspace() -> Capability:
                       "" if ok else "apt install iptables libnetfilter-queue1 (scripts/bootstrap.sh)")
 
 
+def host_firewall() -> dict[str, Any]:
+    """The root namespace's filtering of forwarded and bridged traffic (read only, never changed)."""
+    out: dict[str, Any] = {"forward_policy": None, "bridge_nf_call_iptables": None, "dockerd": False}
+    if shutil.which("iptables"):
+        try:
+            r = subprocess.run(["iptables", "-w", "-S", "FORWARD"], capture_output=True, text=True, timeout=10)
+            first = r.stdout.splitlines()[0].split() if r.stdout else []
+            if first[:2] == ["-P", "FORWARD"]:
+                out["forward_policy"] = first[2]
+        except (OSError, subprocess.TimeoutExpired, IndexError):
+            pass
+    try:
+        with open("/proc/sys/net/bridge/bridge-nf-call-iptables") as fh:
+            out["bridge_nf_call_iptables"] = int(fh.read().strip())
+    except (OSError, ValueError):
+        pass  # br_netfilter not loaded: bridged frames never see iptables
+    try:
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/comm") as fh:
+                        if fh.read().strip() == "dockerd":
+                            out["dockerd"] = True
+                            break
+                except OSError:
+                    continue
+    except OSError:
+        pass
+    return out
+
+
+def _firewall() -> Capability:
+    fw = host_firewall()
+    filtering = fw["forward_policy"] == "DROP" and fw["bridge_nf_call_iptables"] == 1
+    detail = (f"root namespace: FORWARD policy {fw['forward_policy'] or '?'}, bridge-nf-call-iptables "
+              f"{fw['bridge_nf_call_iptables'] if fw['bridge_nf_call_iptables'] is not None else 'off (no br_netfilter)'}"
+              f"{', dockerd running' if fw['dockerd'] else ''}")
+    if filtering:
+        detail += (" -- this drops every frame bridged in the root namespace (what Docker's daemon sets up); "
+                   "the testbed is unaffected: its switches live in their own namespaces, and it never changes "
+                   "the host's firewall")
+    else:
+        detail += " (the testbed does not depend on it: its switches live in their own namespaces)"
+    return Capability("host-firewall", True, detail)
+
+
 def run_doctor() -> dict[str, Any]:
     caps: list[Capability] = []
     root = os.geteuid() == 0
@@ -110,13 +156,14 @@ def run_doctor() -> dict[str, Any]:
     caps.append(_cuda())
     caps.append(_lab())
     caps.append(_userspace())
+    caps.append(_firewall())
     netem = kernel.get("netem")
     if netem is not None and not netem.ok:
         netem.fix += ("; on this machine: `testbed lab -- CMD` runs CMD under a stock kernel that has netem, "
                       "and `--impairment userspace` emulates delay/loss without it")
-    optional = {"ovs", "cuda", "tbf", "ifb"}
+    optional = {"ovs", "cuda", "tbf", "ifb", "netem_seed", "host-firewall"}
     required_ok = all(c.ok for c in caps if c.name not in optional and not c.name.startswith("kernel-lab")
-                      and c.name != "netem" and c.name != "userspace-impairment")
+                      and c.name not in ("netem", "netem_seed", "userspace-impairment"))
     delay_ok = any(c.ok for c in caps if c.name in ("netem", "userspace-impairment"))
     return {"ok": required_ok and delay_ok, "uname": os.uname().release,
             "capabilities": [c.to_dict() | {"optional": c.name in optional} for c in caps]}

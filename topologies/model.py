@@ -158,8 +158,16 @@ class Topology:
         return sum(self.link(u, v).shape(u, v).delay_s for u, v in zip(p, p[1:]))
 
     def expected_rtt(self, src: str, dst: str) -> float:
-        """Minimum RTT between hosts of two DCs implied by the WAN delays (LAN delays added)."""
-        lan = 2 * (self.dc(src).lan.delay_s + self.dc(dst).lan.delay_s) if src != dst else 4 * self.dc(src).lan.delay_s
+        """Minimum RTT between hosts of two DCs (the same DC when ``src == dst``).
+
+        A LAN's ``delay`` is paid once per delivery across that LAN (see
+        ``testbed.network.addressing.lan_shapes``): host -> router and router
+        -> host each take it once, so a cross-DC round trip pays each DC's
+        LAN delay twice, and a same-DC round trip pays its LAN delay twice.
+        """
+        if src == dst:
+            return 2 * self.dc(src).lan.delay_s
+        lan = 2 * (self.dc(src).lan.delay_s + self.dc(dst).lan.delay_s)
         return self.path_delay(src, dst) + self.path_delay(dst, src) + lan
 
     @property

@@ -40,6 +40,8 @@ FIXES = {
     "tbf": "modprobe sch_tbf",
     "netem": NETEM_FIX,
     "ifb": "modprobe ifb",
+    "netem_seed": "a kernel >= 6.7 (netem's TCA_NETEM_PRNG_SEED); otherwise netem's loss and jitter patterns "
+                  "differ between trials (recorded in the manifest)",
 }
 
 
@@ -97,6 +99,8 @@ def probe_kernel() -> dict[str, Capability]:
             caps["htb"] = _try("htb", qdisc("htb", default=1))
             caps["tbf"] = _try("tbf", qdisc("tbf", rate=125000, burst=10000, latency=50000))
             caps["netem"] = _try("netem", qdisc("netem", delay=1000, limit=100))
+            if caps["netem"].ok:
+                caps["netem_seed"] = _try("netem_seed", lambda: _netem_seed(ns, idx0))
 
             def ifb() -> None:
                 ns.link("add", ifname="ifb9", kind="ifb")
@@ -110,6 +114,19 @@ def probe_kernel() -> dict[str, Capability]:
         except OSError:
             pass
     return caps
+
+
+def _netem_seed(ns: Any, idx: int) -> str:
+    """Whether netem takes a PRNG seed (``TCA_NETEM_PRNG_SEED``): set one, read it back."""
+    from . import netem_codec
+
+    seed = 0x5EED
+    ns.tc("replace", "netem", index=idx, handle=0x10000, delay=1000, limit=100, prng_seed=seed)
+    for msg in ns.get_qdiscs(index=idx):
+        if msg.get_attr("TCA_KIND") == "netem" and netem_codec.seed_applied(msg.get_attr("TCA_OPTIONS")) == seed:
+            return "netem takes a PRNG seed (TCA_NETEM_PRNG_SEED): impairment patterns are reproducible"
+    raise RuntimeError(f"this kernel's netem ignores TCA_NETEM_PRNG_SEED (added in Linux "
+                       f"{netem_codec.PRNG_SEED_SINCE}): its random choices are not reproducible")
 
 
 def has_netem() -> bool:

@@ -16,25 +16,14 @@ from typing import Any
 
 from pyroute2 import IPRoute, NetNS
 from pyroute2.netlink.exceptions import NetlinkError
-from pyroute2.netlink.rtnl.tcmsg import sched_netem
 from pyroute2.netlink.rtnl.tcmsg.common import tick_in_usec
 
+from . import netem_codec
 from .errors import CapabilityMissing, TrafficControlError
 from .qdisc import ROOT, TcOp, build_ops, change_ops, clear_ops, handle_str
 from .shape import LinkShape
 
-
-def _netem_fix_request(request: Any) -> None:
-    # pyroute2's netem plugin reads ``rate`` (TCA_NETEM_RATE) from the keyword
-    # arguments but, unlike its htb plugin, leaves it in the request, where it
-    # is then encoded as the top-level TCA_RATE attribute and the request fails
-    # to encode ("argument for 's' must be a bytes object").  Drop it there.
-    if "rate" in request:
-        del request["rate"]
-
-
-if not hasattr(sched_netem, "fix_request"):
-    sched_netem.fix_request = _netem_fix_request
+netem_codec.install()
 
 NETEM_FIX = ("load it: `modprobe sch_netem` (Ubuntu cloud kernels: `apt install linux-modules-extra-$(uname -r)` "
              "first); or run inside the kernel lab (`testbed lab -- ...`); or use the userspace impairment "
@@ -84,23 +73,32 @@ def run_ops(h: Any, ifname: str, ops: list[TcOp], netns: str | None = None) -> N
             raise TrafficControlError(f"kernel refused `{cmd}`: {e.args[1] if len(e.args) > 1 else e}") from None
 
 
-def apply(ifname: str, shape: LinkShape, *, netns: str | None = None, netem: bool = True,
-          handle: Any = None) -> None:
-    """Install ``shape`` on ``ifname`` egress, replacing whatever root qdisc was there."""
+def apply(ifname: str, shape: LinkShape, *, netns: str | None = None, netem: bool | None = None,
+          handle: Any = None, seed: int | None = None) -> None:
+    """Install ``shape`` on ``ifname`` egress, replacing whatever root qdisc was there.
+
+    ``netem``: True, the leaf is netem (also for a shape without delay, so
+    that it can take some later by :func:`change`); False, pfifo (delay is
+    someone else's, e.g. the userspace backend); None, netem exactly when
+    ``shape`` has delay, jitter or loss.  ``seed``: netem's PRNG seed.
+    """
     with netlink(netns, handle) as h:
         _delete_root(h, ifname)
         try:
-            run_ops(h, ifname, build_ops(shape, netem=netem), netns)
+            run_ops(h, ifname, build_ops(shape, netem=netem, seed=seed), netns)
         except Exception:
             _delete_root(h, ifname)  # never leave half a tree behind
             raise
 
 
-def change(ifname: str, old: LinkShape, new: LinkShape, *, netns: str | None = None, netem: bool = True,
-           handle: Any = None) -> None:
-    """Change a live shape in place (``tc ... change``): open connections see no gap."""
+def change(ifname: str, old: LinkShape, new: LinkShape, *, netns: str | None = None, netem: bool | None = None,
+           handle: Any = None, seed: int | None = None) -> None:
+    """Change a live shape in place (``tc ... change``): open connections see no gap.
+
+    ``netem`` says what the leaf is (as given to :func:`apply`); its kind never changes.
+    """
     with netlink(netns, handle) as h:
-        run_ops(h, ifname, change_ops(old, new, netem=netem), netns)
+        run_ops(h, ifname, change_ops(old, new, netem=netem, seed=seed), netns)
 
 
 def clear(ifname: str, *, netns: str | None = None) -> None:
@@ -119,6 +117,14 @@ def set_link_state(ifname: str, up: bool, *, netns: str | None = None) -> None:
     """Take an interface down or up (a link failure event)."""
     with netlink(netns) as h:
         h.link("set", index=_index(h, ifname), state="up" if up else "down")
+
+
+def link_state(ifname: str, *, netns: str | None = None, handle: Any = None) -> dict[str, Any]:
+    """Administrative and operational state and MTU of ``ifname`` as the kernel reports them."""
+    with netlink(netns, handle) as h:
+        msg = h.get_links(_index(h, ifname))[0]
+    return {"admin_up": bool(msg["flags"] & 1), "operstate": msg.get_attr("IFLA_OPERSTATE"),
+            "mtu": msg.get_attr("IFLA_MTU")}
 
 
 # ------------------------------------------------------------------ read back
@@ -153,6 +159,7 @@ def _qdisc_info(msg: Any) -> dict[str, Any]:
         # The kernel always dumps TCA_NETEM_RATE; a rate of 0 means "no netem rate".
         if rate and rate["rate"]:
             info["rate_bps"] = rate["rate"] * 8
+        info["prng_seed"] = netem_codec.seed_applied(opts)
     elif kind in ("pfifo", "bfifo") and opts is not None:
         info["limit"] = opts["limit"]
     info["stats"] = _stats(msg)
@@ -191,8 +198,11 @@ def show(ifname: str, *, netns: str | None = None, handle: Any = None) -> dict[s
             shape.update({k: q[k] for k in ("delay_s", "jitter_s", "loss_pct", "limit")})
             # jittered packets keep their order only under a netem rate (see shape.py)
             shape["reorder"] = q["jitter_s"] > 0 and "rate_bps" not in q
+            shape["leaf"] = "netem"
+            shape["prng_seed"] = q.get("prng_seed")
         elif q["kind"] == "pfifo" and q["parent"] == "1:1":
             shape["limit"] = q["limit"]
+            shape["leaf"] = "pfifo"
     return {"ifname": ifname, "qdiscs": qdiscs, "classes": classes, "shape": shape}
 
 

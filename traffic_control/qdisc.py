@@ -81,10 +81,22 @@ def htb_class_op(shape: LinkShape, command: str) -> TcOp:
     return TcOp(command, "htb", HTB_CLASS, HTB_HANDLE, params, argv)
 
 
-def leaf_op(shape: LinkShape, command: str, netem: bool) -> TcOp:
-    """netem leaf when the shape has delay/jitter/loss and netem is to be used, else pfifo."""
+def leaf_op(shape: LinkShape, command: str, netem: bool | None, seed: int | None = None) -> TcOp:
+    """The leaf under the HTB class: netem when ``netem`` (even for a shape without delay), else pfifo;
+    ``netem=None``: netem exactly when the shape has delay, jitter or loss.
+
+    A netem leaf with no delay, jitter or loss is a FIFO of ``limit``
+    packets; callers give every link that may be impaired later (all WAN
+    links under the netem backend) a netem leaf from the start, because the
+    kernel cannot change a qdisc's kind in place (``replace`` with another
+    kind on the same handle is refused: "Invalid qdisc name"), and grafting
+    a new leaf would drop the packets queued in the old one.  ``seed``:
+    netem's PRNG seed (``TCA_NETEM_PRNG_SEED``).
+    """
     limit = shape.netem_limit
-    if netem and shape.needs_netem:
+    if netem is None:
+        netem = shape.needs_netem
+    if netem:
         params: dict[str, Any] = {"delay": _us(shape.delay_s), "jitter": _us(shape.jitter_s),
                                   "loss": shape.loss_pct, "limit": limit}
         argv: list[str] = ["delay", f"{_us(shape.delay_s)}us"]
@@ -101,34 +113,52 @@ def leaf_op(shape: LinkShape, command: str, netem: bool) -> TcOp:
             # Explicitly no netem rate: on `change` the kernel keeps a rate it is not
             # sent, so switching reorder on (or jitter off) must clear it.
             params["rate"] = 0
+        if seed is not None:
+            params["prng_seed"] = seed
+            argv += ["seed", str(seed)]
         return TcOp(command, "netem", LEAF_HANDLE, HTB_CLASS, params, tuple(argv))
     return TcOp(command, "pfifo", LEAF_HANDLE, HTB_CLASS, {"limit": limit}, ("limit", str(limit)))
 
 
-def build_ops(shape: LinkShape, *, netem: bool = True) -> list[TcOp]:
-    """Operations that install ``shape`` on a clean interface (root replaced)."""
+def build_ops(shape: LinkShape, *, netem: bool | None = None, seed: int | None = None) -> list[TcOp]:
+    """Operations that install ``shape`` on a clean interface (root replaced).
+
+    ``netem``: True, the leaf is netem (see :func:`leaf_op`); False, pfifo;
+    None, netem exactly when the shape needs it.
+    """
     return [
         TcOp("add", "htb", HTB_HANDLE, ROOT, {"default": 1, "r2q": 10}, ("default", "1")),
         htb_class_op(shape, "add-class"),
-        leaf_op(shape, "add", netem),
+        leaf_op(shape, "add", netem, seed),
     ]
 
 
-def change_ops(old: LinkShape, new: LinkShape, *, netem: bool = True) -> list[TcOp]:
+def change_ops(old: LinkShape, new: LinkShape, *, netem: bool | None = None, seed: int | None = None) -> list[TcOp]:
     """In-place changes from ``old`` to ``new``: ``change`` only, never delete and re-add.
 
-    If the leaf's kind must change (pfifo <-> netem, e.g. loss added to a
-    rate-only link) the leaf is *replaced* under the same handle, which is one
-    atomic netlink operation: the HTB class and its rate stay in place.
+    The leaf keeps its kind (netem stays netem, pfifo stays pfifo): a link
+    built for the netem backend can take delay, jitter and loss or drop
+    them all, without a gap.  With ``netem=False`` only the rate and the
+    pfifo's limit change: delay, jitter and loss are then the caller's to
+    apply elsewhere (the userspace backend), or to refuse.  ``netem=None``
+    means the leaf was built with ``netem=None`` from ``old``: netem if
+    ``old`` needed it; a pfifo leaf then cannot take delay, jitter or loss
+    (an error: build links that may get them with ``netem=True``).
     """
+    if netem is None:
+        netem = old.needs_netem
+        if new.needs_netem and not netem:
+            from .errors import TrafficControlError
+
+            raise TrafficControlError(f"the link has a pfifo leaf (built without delay, jitter or loss) and "
+                                      f"cannot take {new.describe()} in place (fix: build it with netem=True, "
+                                      "which gives it a netem leaf from the start)")
     ops = []
     if (old.rate_bps, old.burst_bytes, old.mtu) != (new.rate_bps, new.burst_bytes, new.mtu):
         ops.append(htb_class_op(new, "change-class"))
-    old_leaf = leaf_op(old, "change", netem)
-    new_leaf = leaf_op(new, "change", netem)
-    if old_leaf.kind != new_leaf.kind:
-        ops.append(leaf_op(new, "replace", netem))
-    elif old_leaf.params != new_leaf.params:
+    old_leaf = leaf_op(old, "change", netem, seed)
+    new_leaf = leaf_op(new, "change", netem, seed)
+    if old_leaf.params != new_leaf.params:
         ops.append(new_leaf)
     return ops
 
@@ -137,6 +167,7 @@ def clear_ops() -> list[TcOp]:
     return [TcOp("del", "htb", HTB_HANDLE, ROOT)]
 
 
-def dry_run(ifname: str, shape: LinkShape, *, netns: str | None = None, netem: bool = True) -> list[str]:
+def dry_run(ifname: str, shape: LinkShape, *, netns: str | None = None, netem: bool | None = None,
+            seed: int | None = None) -> list[str]:
     """The ``tc`` command lines equivalent to applying ``shape`` (for ``--dry-run``)."""
-    return [" ".join(op.tc_command(ifname, netns)) for op in build_ops(shape, netem=netem)]
+    return [" ".join(op.tc_command(ifname, netns)) for op in build_ops(shape, netem=netem, seed=seed)]

@@ -162,11 +162,9 @@ def parse_experiment(data: Any, source: str = "") -> ExperimentSpec:
             spec.schedule = load_schedule(sched)
         except ValidationError as e:
             raise e.under("schedule") from None
-        links = {(lk.a, lk.b) for lk in topo.links} | {(lk.b, lk.a) for lk in topo.links}
-        for ev in spec.schedule:
-            if (ev.src, ev.dst) not in links:
-                raise ValidationError("schedule", f"event at {ev.time_s:g} s names link {ev.src}->{ev.dst}, "
-                                      "which the topology lacks", "use adjacent DCs of the topology")
+        from ..network.emulation import Impairment, check_schedule
+
+        check_schedule(topo, spec.schedule, Impairment("none", False) if imp == "none" else None)
     workers = spec.workers()
     labels: set[str] = set()
     for i, entry in enumerate(raw_schemes):

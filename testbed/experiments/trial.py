@@ -117,8 +117,9 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
     if isinstance(target, dict) and target.get("metric") in ("loss", "acc"):
         manifest["target"] = {target["metric"]: target.get("value")}  # the report's time-to-target
     result = TrialResult(scheme.label, rep, trial_dir, "failed")
+    # The trial's seed also seeds the impairment's random draws (loss, jitter), so a repetition repeats.
     net = EmulatedNetwork(spec.topology, impairment=spec.impairment, allow_missing_netem=spec.allow_missing_netem,
-                          log=say)
+                          log=say, seed=training["seed"])
     procs: list[ProcInfo] = []
     samplers = None
     player = None
@@ -158,13 +159,24 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
 
         player = net.play(spec.schedule) if spec.schedule else None
         sup = Supervisor(specs, start, timeout_s=spec.timeout_s)
-        monitor = _Monitor(sup, trial_dir, scheme.label, rep, show, stopped, lambda: net.impairment_failures)
+
+        def faults() -> list[str]:
+            """Reasons the network stopped being what the spec says (each fails the trial)."""
+            out = list(net.impairment_failures)
+            if player is not None:
+                out += [f"link schedule: {e}" for e in player.errors]
+            return out
+
+        monitor = _Monitor(sup, trial_dir, scheme.label, rep, show, stopped, faults)
         monitor.start()
         try:
             res = sup.run()
         finally:
             monitor.stop()
         result = _result(res, monitor, scheme.label, rep, trial_dir, procs)
+        late = faults()
+        if result.status == "ok" and late:  # e.g. a schedule event that failed as the trial ended
+            result = TrialResult(scheme.label, rep, trial_dir, "failed", "network fault: " + "; ".join(late))
     except KeyboardInterrupt:
         result = TrialResult(scheme.label, rep, trial_dir, "interrupted", "Ctrl-C")
     except Exception as e:
@@ -176,14 +188,12 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
             manifest["schedule"] = {"applied": [[round(t, 3), ev.src, ev.dst, ev.changes, ev.state]
                                                 for t, ev in player.applied], "errors": player.errors}
         if net.userspace:
-            stats = {}
-            for imp in net.userspace:
-                try:
-                    h = imp.health()
-                    stats[f"{getattr(imp, 'node', '?')}:{imp.ifname}"] = {"alive": h.alive, "stats": h.stats}
-                except Exception as e:
-                    stats[f"{getattr(imp, 'node', '?')}:{imp.ifname}"] = {"error": str(e)}
-            manifest["impairment_health"] = stats
+            try:
+                manifest["impairment_health"] = net.impairment_health()
+            except Exception as e:
+                manifest["impairment_health"] = {"error": str(e)}
+        if net.impairment is not None:  # after apply: netem_seeded is known then
+            manifest.setdefault("network", {})["impairment"] = net.impairment.to_dict()
         if samplers is not None:
             try:
                 manifest["sampler_stats"] = samplers.stop()
@@ -253,7 +263,7 @@ class _Monitor(threading.Thread):
         super().__init__(name="trial-monitor", daemon=True)
         self.sup, self.trial_dir, self.label, self.rep = sup, trial_dir, label, rep
         self.show, self.stopped, self.faults = show, stopped, faults
-        self.cause = ""  # "interrupted" | "impairment"
+        self.cause = ""  # "interrupted" | "network"
         self._halt = threading.Event()
         self._t0 = time.monotonic()
 
@@ -263,8 +273,8 @@ class _Monitor(threading.Thread):
                 self.cause = "interrupted"
                 self.sup.request_stop("stopped by the user (Ctrl-C)")
             if self.faults() and not self.cause:
-                self.cause = "impairment"
-                self.sup.request_stop("link impairment lost: " + "; ".join(self.faults()))
+                self.cause = "network"
+                self.sup.request_stop("the network no longer matches the spec: " + "; ".join(self.faults()))
             m = _tail_metrics(self.trial_dir)
             loss = m.get("loss", "")
             self.show(f"{self.label} r{self.rep}: step {m.get('step', 0)}  loss {loss[:6] if loss else '-'}  "

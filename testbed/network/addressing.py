@@ -30,9 +30,11 @@ class IfacePlan:
     prefixlen: int
     egress: LinkShape | None = None  # shape applied on this interface's egress
     peer_node: str | None = None  # WAN: the router at the other end
-    bridge: str | None = None  # LAN: root-namespace bridge this iface's peer is a port of
+    bridge: str | None = None  # LAN: bridge this iface's peer is a port of
     port: str | None = None  # LAN: that port's name
-    port_egress: LinkShape | None = None  # LAN: shape on the bridge port (switch -> node)
+    port_egress: LinkShape | None = None  # LAN: shape on the bridge port (switch -> node): rate only
+    switch_netns: str | None = None  # LAN: namespace of bridge and port (None: root, OVS only)
+    lan_impairment: LinkShape | None = None  # LAN: delay/jitter/loss of a delivery to this node
 
 
 @dataclass(frozen=True)
@@ -73,12 +75,22 @@ class WanPlan:
     reverse: LinkShape  # b -> a, applied on b_if
 
 
+@dataclass(frozen=True)
+class SwitchPlan:
+    """A DC's switch: a bridge in its own namespace (Linux bridge) or in the root namespace (OVS)."""
+
+    dc: str
+    bridge: str
+    netns: str | None  # None: root namespace (OVS)
+
+
 @dataclass
 class NetPlan:
     topology: Topology
     nodes: dict[str, NodePlan]
     wans: list[WanPlan]
     bridges: list[str]
+    switches: list[SwitchPlan] = field(default_factory=list)
 
     def hosts(self, dc: str | None = None, role: str | None = "host") -> list[NodePlan]:
         return [n for n in self.nodes.values() if (dc is None or n.dc == dc) and (role is None or n.role == role)]
@@ -94,11 +106,34 @@ class NetPlan:
         for lk in self.wans:
             out.append(f"wan {lk.a}<->{lk.b}: {lk.a_router}:{lk.a_if} {lk.a_ip} -> {lk.forward.describe()} | "
                        f"{lk.b_router}:{lk.b_if} {lk.b_ip} -> {lk.reverse.describe()}")
+        for sw in self.switches:
+            where = f"netns {sw.netns}" if sw.netns else "root namespace (OVS)"
+            out.append(f"switch {sw.dc}: bridge {sw.bridge} in {where}")
         for n in self.nodes.values():
             addrs = ", ".join(f"{i.name} {i.address}/{i.prefixlen}" for i in n.ifaces)
             routes = ", ".join(f"{r.dst} via {r.via}" for r in n.routes)
             out.append(f"{n.role:6} {n.name:12} netns {n.netns:16} {addrs}; routes: {routes}")
         return out
+
+
+def lan_shapes(lan: LinkShape) -> tuple[LinkShape | None, LinkShape | None, LinkShape | None]:
+    """``(node egress, switch port egress, impairment)`` that realise a DC's LAN shape.
+
+    Definition: ``lan: {rate, delay, jitter, loss}`` describes every node's
+    link to its DC switch.  Its **rate** limits each direction of that link
+    (node -> switch on the node's egress, switch -> node on the switch port's
+    egress), as a full-duplex NIC does.  Its **delay, jitter and loss** apply
+    once per delivery across the LAN (node -> switch -> node), so a one-way
+    trip host -> host or host -> router takes ``delay`` and a same-DC round
+    trip ``2 x delay``: netem sits on the sending node's egress only.  (The
+    userspace backend holds the packet at the receiving node's ingress
+    instead; the sum over any path is the same.)  ``impairment`` is that
+    delay/jitter/loss part, or None when the LAN has none.
+    """
+    if not (lan.rate_bps or lan.needs_netem):
+        return None, None, None
+    port = lan.without_netem() if lan.rate_bps else None
+    return lan, port, (lan if lan.needs_netem else None)
 
 
 def _lan(i: int) -> IPv4Network:
@@ -115,6 +150,7 @@ def plan_network(topo: Topology, with_ps: bool = True) -> NetPlan:
         raise ValueError(f"at most {MAX_DCS} DCs and {MAX_LINKS} links are addressable")
     nodes: dict[str, NodePlan] = {}
     bridges = []
+    switches: list[SwitchPlan] = []
     lan_of = {}
     for i, dc in enumerate(topo.dcs, start=1):
         net = _lan(i)
@@ -127,20 +163,20 @@ def plan_network(topo: Topology, with_ps: bool = True) -> NetPlan:
             members.append((naming.host_name(dc.name, j), "host", str(net.network_address + j), dc.cpu))
         if with_ps and topo.ps == dc.name:
             members.append((naming.ps_name(dc.name), "ps", str(net.network_address + 200), None))
-        lan_shape = dc.lan if (dc.lan.rate_bps or dc.lan.needs_netem) else None
-        port_no = 0
-        for name, role, addr, cpu in members:
-            port_no += 1
-            node = NodePlan(name, dc.name, role, cpu=cpu)
-            node.ifaces.append(IfacePlan(naming.HOST_IFNAME, addr, 24, lan_shape, bridge=br,
-                                         port=naming.port_name(dc.name, port_no), port_egress=lan_shape))
-            node.routes.append(RoutePlan("default", gw))
-            nodes[name] = node
-        port_no += 1
+        # LAN shape (see lan_shapes): node egress = the whole shape, switch port egress = rate only.
+        egress, port_egress, impairment = lan_shapes(dc.lan)
+        sw_ns = None if topo.switch == "ovs" else naming.netns_name(naming.switch_name(dc.name))
+        switches.append(SwitchPlan(dc.name, br, sw_ns))
         r = NodePlan(naming.router_name(dc.name), dc.name, "router")
-        r.ifaces.append(IfacePlan(naming.LAN_IFNAME, gw, 24, lan_shape, bridge=br,
-                                  port=naming.port_name(dc.name, port_no), port_egress=lan_shape))
-        nodes[r.name] = r
+        for port_no, (name, role, addr, cpu) in enumerate([*members, (r.name, "router", gw, None)], start=1):
+            port = naming.port_name(dc.name, port_no) if sw_ns is None else naming.switch_port_name(name)
+            node = r if role == "router" else NodePlan(name, dc.name, role, cpu=cpu)
+            ifname = naming.LAN_IFNAME if role == "router" else naming.HOST_IFNAME
+            node.ifaces.append(IfacePlan(ifname, addr, 24, egress, bridge=br, port=port, port_egress=port_egress,
+                                         switch_netns=sw_ns, lan_impairment=impairment))
+            if role != "router":
+                node.routes.append(RoutePlan("default", gw))
+            nodes[name] = node
 
     wans = []
     wan_addr: dict[tuple[str, str], str] = {}  # (router dc, peer dc) -> peer's address on that link
@@ -170,7 +206,7 @@ def plan_network(topo: Topology, with_ps: bool = True) -> NetPlan:
             # reach the /30 via the next hop towards endpoint a
             nh = topo.next_hop(dc.name, lk.a)
             r.routes.append(RoutePlan(str(_wan(k)), wan_addr[(dc.name, nh)]))
-    return NetPlan(topo, nodes, wans, bridges)
+    return NetPlan(topo, nodes, wans, bridges, switches)
 
 
 def address_of(plan: NetPlan, node: str) -> IPv4Address:

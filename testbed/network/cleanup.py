@@ -61,6 +61,29 @@ def owned_pids() -> list[int]:
 
 def kill_owned(timeout: float = 2.0) -> list[int]:
     pids = owned_pids()
+    _terminate(pids, timeout)
+    return pids
+
+
+def kill_in_netns(name: str, timeout: float = 2.0) -> list[int]:
+    """End every process living in the named namespace ``name`` (before that namespace is removed)."""
+    try:
+        ino = os.stat(os.path.join(netns.NETNS_RUN_DIR, name)).st_ino
+    except OSError:
+        return []
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                if os.stat(f"/proc/{entry}/ns/net").st_ino == ino:
+                    pids.append(int(entry))
+            except OSError:
+                continue
+    _terminate(pids, timeout)
+    return pids
+
+
+def _terminate(pids: list[int], timeout: float) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
             try:
@@ -70,7 +93,8 @@ def kill_owned(timeout: float = 2.0) -> list[int]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and any(_alive(p) for p in pids):
             time.sleep(0.02)
-    return pids
+        if not any(_alive(p) for p in pids):
+            return
 
 
 def _alive(pid: int) -> bool:

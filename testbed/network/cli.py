@@ -1,17 +1,27 @@
-"""``testbed net up|down|show|verify`` and ``testbed clean``."""
+"""``testbed net up|down|show|set|exec|verify``, ``testbed topo`` and ``testbed clean``.
+
+A network brought up with ``net up`` belongs to no process: it stays up,
+with its delays, after the command returns, until ``net down`` (or
+``clean``).  ``net show``, ``net set`` and ``net exec`` attach to it from
+any later process (the containerlab ``tools netem`` habits: change a live
+link in place, run a command in a node).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
 from topologies import dump, load
+from traffic_control.errors import ValidationError
 from traffic_control.qdisc import dry_run
+from traffic_control.units import format_rate, format_time, parse_percent, parse_rate, parse_time
 
-from . import cleanup
-from .emulation import IMPAIRMENTS, EmulatedNetwork, read_state
+from . import cgroups, cleanup, state
+from .emulation import IMPAIRMENTS, EmulatedNetwork, NotUp, check_schedule, exec_argv, owned_env
 
 
 def _say(msg: str) -> None:
@@ -28,43 +38,41 @@ def add_network_options(p: argparse.ArgumentParser) -> None:
                    help="without netem (and without the userspace backend) skip delay/jitter/loss instead of failing; "
                         "printed and recorded, never silent")
     p.add_argument("--no-ps", action="store_true", help="do not create the parameter-server host")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed for the random loss/jitter draws (userspace: always seeded, default 0; netem: its "
+                        "PRNG seed where the kernel takes one, Linux >= 6.7)")
 
 
 def _build(args: argparse.Namespace) -> EmulatedNetwork:
     topo = load(args.spec, scale=args.scale)
     return EmulatedNetwork(topo, impairment=args.impairment, allow_missing_netem=args.allow_missing_netem,
-                           with_ps=not args.no_ps, log=_say)
+                           with_ps=not args.no_ps, log=_say, seed=args.seed)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
     net = _build(args)
-    if args.dry_run:
-        print("\n".join(net.plan.describe()))
-        print()
-        for node in net.plan.nodes.values():
-            for ifc in node.ifaces:
-                if ifc.egress is not None and (ifc.egress.rate_bps or ifc.egress.needs_netem):
-                    print("\n".join(dry_run(ifc.name, ifc.egress, netns=node.netns)))
-                if ifc.port and ifc.port_egress is not None and (ifc.port_egress.rate_bps or ifc.port_egress.needs_netem):
-                    print("\n".join(dry_run(ifc.port, ifc.port_egress)))
-        return 0
     events = None
     if args.schedule:
         from traffic_control.schedule import load_schedule
 
         events = load_schedule(args.schedule)
+        check_schedule(net.topo, events)  # before anything is built
+    if args.dry_run:
+        _print_dry_run(net)
+        return 0
     net.start()
-    player = net.play(events) if events else None
+    imp = net.impairment
     _say(f"network {net.topo.name} up in {net.timings['up_s']:.2f} s: {len(net.plan.nodes)} nodes, "
-         f"{len(net.plan.wans)} WAN links, impairment: {net.impairment.backend if net.impairment else '?'}")
-    if player is not None and not args.cli:
-        _say(f"playing {len(events or [])} link events; Ctrl-C to stop")
-        try:
-            player.wait()
-        except KeyboardInterrupt:
-            player.stop()
-        for err in player.errors:
-            _say(f"schedule: {err}")
+         f"{len(net.plan.wans)} WAN links, impairment: {imp.backend if imp else '?'}"
+         + (f" ({len(net.userspace)} daemons)" if net.userspace else ""))
+    if imp is not None and imp.backend == "netem" and imp.netem_seeded is False:
+        _say(f"note: {imp.randomness}")
+    player = None
+    try:
+        player = net.play(events) if events else None
+    except BaseException:
+        net.stop()
+        raise
     if args.cli:
         try:
             net.cli()
@@ -74,9 +82,54 @@ def cmd_up(args: argparse.Namespace) -> int:
             net.stop()
             _say("network torn down")
         return 0
-    _say("left running; enter a node with `ip netns exec tb-<node> bash` (e.g. tb-"
-         f"{next(iter(net.plan.nodes))}); remove it with `testbed net down`")
-    return 0
+    status = 0
+    if player is not None:
+        _say(f"playing {len(events or [])} link events; Ctrl-C stops the schedule (the network stays up)")
+        try:
+            player.wait()
+        except KeyboardInterrupt:
+            player.stop()
+        for err in player.errors:
+            _say(f"schedule: {err}")
+        status = 1 if player.errors else 0
+    net.stop_watching()
+    _say("left running (its delays too, until `testbed net down`); run a command in a node with "
+         f"`testbed net exec {next(iter(net.plan.nodes))} -- CMD`; change a link with `testbed net set A B ...`")
+    return status
+
+
+def _print_dry_run(net: EmulatedNetwork) -> None:
+    from .impairment import to_impairment_shape
+
+    imp = net.requested
+    netem = imp == "netem" or (imp == "auto" and _kernel_has_netem())
+    print("\n".join(net.plan.describe()))
+    print()
+    print(f"# impairment backend: {'netem' if netem else imp if imp != 'auto' else 'userspace'}")
+    for node in net.plan.nodes.values():
+        for ifc in node.ifaces:
+            if ifc.peer_node:
+                print("\n".join(dry_run(ifc.name, ifc.egress, netns=node.netns, netem=netem)))
+                if not netem and ifc.egress.needs_netem:
+                    print(f"# {node.name}:{ifc.name} egress: userspace daemon "
+                          f"{to_impairment_shape(ifc.egress).to_dict()}")
+                continue
+            if ifc.egress is not None and (netem or ifc.egress.rate_bps):
+                shape = ifc.egress if netem else ifc.egress.without_netem()
+                print("\n".join(dry_run(ifc.name, shape, netns=node.netns, netem=netem and shape.needs_netem)))
+            if ifc.port and ifc.port_egress is not None:
+                print("\n".join(dry_run(ifc.port, ifc.port_egress, netns=ifc.switch_netns, netem=False)))
+            if not netem and ifc.lan_impairment is not None:
+                print(f"# {node.name}:{ifc.name} ingress: userspace daemon "
+                      f"{to_impairment_shape(ifc.lan_impairment).to_dict()}")
+
+
+def _kernel_has_netem() -> bool:
+    if os.geteuid() != 0:
+        return False
+    from traffic_control.capabilities import has_netem
+
+    return has_netem()
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -89,28 +142,114 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from traffic_control import netlink as tcnl
-
-    state = read_state()
-    if state is None:
-        _say("no testbed network is up")
+    try:
+        net = EmulatedNetwork.attach()
+    except NotUp as e:
+        _say(str(e))
         return 1
-    out: dict[str, Any] = {"state": state, "tc": {}}
-    for node, info in state["nodes"].items():
-        if info["role"] != "router":
-            continue
-        with tcnl.netlink(info["netns"]) as h:
-            names = [m.get_attr("IFLA_IFNAME") for m in h.get_links()]
-        for ifn in names:
-            if ifn and ifn.startswith("w-"):
-                out["tc"][f"{node}:{ifn}"] = tcnl.show(ifn, netns=info["netns"])
+    rec = state.read() or {}
+    links = net.link_report()
+    health = net.impairment_health()
+    out: dict[str, Any] = {"state": rec, "links": links, "impairment_health": health,
+                           "tc": {f"{v['node']}:{v['ifname']}": v["tc"] for v in links.values()}}
+    failing = [h for h in health if not h["alive"]]
     if args.json:
         print(json.dumps(out, indent=2, default=str))
-        return 0
-    print(f"topology {state['topology']['name']}, impairment {state['impairment']}")
-    for key, s in out["tc"].items():
-        print(f"  {key:24} {s['shape']}")
+        return 1 if failing else 0
+    imp = net.impairment
+    print(f"topology {net.topo.name}: {len(net.plan.nodes)} nodes, impairment backend "
+          f"{imp.backend if imp else '?'}" + (f", seed {imp.seed}" if imp and imp.seed is not None else ""))
+    if imp is not None and imp.skipped:
+        print(f"  SKIPPED (not applied): {'; '.join(imp.skipped)}")
+    for key, v in links.items():
+        print(f"  {key:20} {_describe_kernel(v)}")
+    for h in health:
+        tag = "ok" if h["alive"] else "DEAD: link fails closed (drops all traffic)"
+        print(f"  daemon {h['node']}:{h['ifname']} {h['direction']} ({h['realises']}) pid {h['pid']}: {tag}"
+              + (f" - {h['state']}: {h['reason']}" if not h["alive"] else ""))
+    return 1 if failing else 0
+
+
+def _describe_kernel(entry: dict[str, Any]) -> str:
+    """One line: what the kernel (and the daemon) apply on one WAN direction right now."""
+    sh = entry["tc"]["shape"]
+    parts = [format_rate(sh["rate_bps"]) if sh.get("rate_bps") else "no rate"]
+    src = entry.get("userspace", {}).get("shape") or sh
+    if src.get("delay_s"):
+        parts.append(f"delay {format_time(src['delay_s'])}")
+    if src.get("jitter_s"):
+        parts.append(f"jitter {format_time(src['jitter_s'])}" + (" (reorders)" if src.get("reorder") else ""))
+    if src.get("loss_pct"):
+        parts.append(f"loss {src['loss_pct']:g}%")
+    parts.append(f"limit {sh.get('limit')}")
+    if not entry["link"]["admin_up"]:
+        parts.append("DOWN")
+    return ", ".join(parts)
+
+
+def _changes(args: argparse.Namespace) -> dict[str, Any]:
+    ch: dict[str, Any] = {}
+    if args.rate is not None:
+        ch["rate_bps"] = parse_rate(args.rate, "--rate")
+    if args.delay is not None:
+        ch["delay_s"] = parse_time(args.delay, "--delay")
+    if args.jitter is not None:
+        ch["jitter_s"] = parse_time(args.jitter, "--jitter")
+    if args.loss is not None:
+        ch["loss_pct"] = parse_percent(args.loss, "--loss")
+    if args.reorder is not None:
+        ch["reorder"] = args.reorder
+    return ch
+
+
+def cmd_set(args: argparse.Namespace) -> int:
+    changes = _changes(args)
+    if not changes and args.state is None:
+        raise ValidationError("net set", "nothing to change",
+                              "give --rate, --delay, --jitter, --loss, --reorder/--no-reorder, --down or --up")
+    net = EmulatedNetwork.attach(log=_say)
+    dirs = [(args.a, args.b)] if args.one_way else [(args.a, args.b), (args.b, args.a)]
+    new = {}
+    for a, b in dirs:
+        try:
+            old = net.shape_of(a, b)
+        except ValidationError as e:
+            raise ValidationError("net set", e.problem, e.fix) from None
+        try:
+            new[(a, b)] = old.with_changes(**net.spec_changes(changes))
+        except ValidationError as e:  # e.g. jitter above the delay
+            raise ValidationError(f"--{e.field}" if e.field else "net set", e.problem, e.fix) from None
+    for (a, b), shape in new.items():  # every direction validated before the first is touched
+        net.change_link(a, b, shape)
+    if args.state is not None:
+        net.set_link_up(args.a, args.b, args.state == "up")
+    report = net.link_report()
+    for a, b in dirs:
+        print(f"{a}->{b}: {_describe_kernel(report[f'{a}->{b}'])}")
     return 0
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise ValidationError("net exec", "no command given", "write: testbed net exec NODE -- COMMAND [ARGS...]")
+    rec = state.read()
+    if rec is None or not cleanup.owned_netns():
+        _say("error: no testbed network is up (start one with `testbed net up TOPOLOGY`)")
+        return 1
+    if args.node not in rec["nodes"]:
+        raise ValidationError("net exec", f"no node {args.node!r} in the running network",
+                              "use one of: " + ", ".join(rec["nodes"]))
+    procs = cgroups.procs_file(args.node)
+    if procs is not None:
+        cgroups.join(procs)  # this process, and so the command it becomes, runs under the host's cpu share
+    argv = exec_argv(args.node, cmd)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvpe(argv[0], argv, owned_env(args.node))
+    return 127  # not reached
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -143,22 +282,58 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    net = sub.add_parser("net", help="bring an emulated network up/down, show it, verify it")
+    net = sub.add_parser("net", help="bring an emulated network up/down, show, change, enter, verify it")
     nsub = net.add_subparsers(dest="net_cmd", required=True)
-    up = nsub.add_parser("up", help="build the network of a topology (stays up until `net down`, or use --cli)")
+    up = nsub.add_parser("up", help="build the network of a topology; it stays up, delays included, until "
+                                    "`net down` (or use --cli)")
     add_network_options(up)
     up.add_argument("--cli", action="store_true", help="open the Mininet CLI; the network is removed when it exits")
-    up.add_argument("--dry-run", action="store_true", help="print the plan and the tc commands, create nothing")
+    up.add_argument("--dry-run", action="store_true",
+                    help="print the plan, the tc commands and the userspace daemons, create nothing")
     up.add_argument("--schedule", metavar="CSV",
-                    help="play a link trace (time,link,rate,delay,jitter,loss,state) against the running network")
+                    help="play a link trace (time,link,rate,delay,jitter,loss,state) against the running network; "
+                         "rates are spec rates (times the topology's scale); the command returns when it ends, "
+                         "exit 1 if an event failed")
     up.set_defaults(func=cmd_up)
     down = nsub.add_parser("down", help="remove the network (everything named tb-*, testbed processes)")
     down.set_defaults(func=cmd_down)
-    show = nsub.add_parser("show", help="the running network and the tc state the kernel reports")
+    show = nsub.add_parser("show", help="the running network as the kernel reports it: every WAN direction's "
+                                        "tc state and interface state, the userspace daemons' health "
+                                        "(exit 1 if one is dead)")
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=cmd_show)
-    ver = nsub.add_parser("verify", help="bring the network up, measure RTT and goodput per link and DC pair, "
-                                         "compare with the spec (exit 1 if out of tolerance), tear down")
+    st = nsub.add_parser("set", help="change a WAN link of the running network in place (no gap, any backend)",
+                         description="Change both directions of link A-B (or only A->B with --one-way) on the "
+                                     "running network, in place: `tc change` for netem and HTB, the daemon's "
+                                     "shape for the userspace backend (started if the link had no delay). "
+                                     "Fields not given keep their value. Rates are spec rates: they are "
+                                     "multiplied by the topology's scale.")
+    st.add_argument("a", help="DC at one end")
+    st.add_argument("b", help="DC at the other end")
+    st.add_argument("--rate", help="e.g. 50Mbit")
+    st.add_argument("--delay", help="one-way delay, e.g. 30ms (0 removes it)")
+    st.add_argument("--jitter", help="e.g. 2ms (at most the delay)")
+    st.add_argument("--loss", help="e.g. 0.5%%")
+    rg = st.add_mutually_exclusive_group()
+    rg.add_argument("--reorder", dest="reorder", action="store_const", const=True, default=None,
+                    help="jittered packets may overtake each other")
+    rg.add_argument("--no-reorder", dest="reorder", action="store_const", const=False,
+                    help="jitter keeps packet order (the default)")
+    sg = st.add_mutually_exclusive_group()
+    sg.add_argument("--down", dest="state", action="store_const", const="down", help="take the link down")
+    sg.add_argument("--up", dest="state", action="store_const", const="up", help="bring the link back up")
+    st.add_argument("--one-way", action="store_true", help="change only the A->B direction")
+    st.set_defaults(func=cmd_set, state=None)
+    ex = nsub.add_parser("exec", help="run a command in a node of the running network (its namespace and cgroup)",
+                         description="Run COMMAND inside NODE (e.g. east-h1): its network namespace, its cgroup "
+                                     "(the DC's cpu: share), marked as a testbed process. stdin, stdout and "
+                                     "stderr pass through; the exit status is the command's.")
+    ex.add_argument("node", help="node name (`testbed net show` lists them), e.g. east-h1, east-r")
+    ex.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    ex.set_defaults(func=cmd_exec)
+    ver = nsub.add_parser("verify", help="bring the network up, measure RTT and goodput over every link direction "
+                                         "and RTT per DC pair, compare with the spec (exit 1 if out of "
+                                         "tolerance), tear down")
     add_network_options(ver)
     ver.add_argument("--json", action="store_true", help="machine-readable result")
     ver.add_argument("--seconds", type=float, default=3.0, help="iperf3 duration per direction (default 3)")

@@ -8,25 +8,34 @@ connect", done with netlink instead of string-built shell commands):
   ``popen`` for processes).  Its namespace is also bound to
   ``/var/run/netns/tb-<node>`` so netlink, samplers and ``ip netns exec`` can
   reach it, and so the network outlives the builder for ``net up`` / ``net down``.
+  Every process started in a host joins the host's cgroup (its ``cpu:``
+  share) before it execs.
 * **Links connect**: veth pairs are created with pyroute2 directly in their
-  final namespaces (the root-side LAN ports are named ``tb-<dc>-<n>`` and
-  enslaved to the DC's Linux bridge ``tb-<dc>``; WAN links join two routers).
+  final namespaces.  Each DC's switch is a Linux bridge in its own namespace
+  ``tb-<dc>-sw`` (one port per node, named after the node), never in the root
+  namespace: there the host's firewall filters bridged frames (with Docker's
+  daemon running, the root FORWARD policy is DROP and bridge netfilter sends
+  bridged frames through it: a root-namespace LAN lost 100 % of its traffic).
+  WAN links join two routers.
 * **Interfaces configure**: addresses, routes and sysctls from the
   :class:`~testbed.network.addressing.NetPlan`; shapes through
   :mod:`traffic_control.netlink`, read back after apply for the manifest.
 
-Any failure during ``start`` removes everything created so far.
+The network belongs to no process: the userspace impairment daemons run
+detached, and ``/run/geo-testbed/net.json`` (:mod:`.state`) records what a
+later process needs to :meth:`EmulatedNetwork.attach` to it (``net show``,
+``net set``, ``net exec``).  Any failure during ``start`` removes everything
+created so far.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pyroute2 import IPRoute, NetNS, netns
@@ -34,12 +43,13 @@ from pyroute2 import IPRoute, NetNS, netns
 from topologies.model import Topology
 from traffic_control import netlink as tcnl
 from traffic_control.capabilities import probe_kernel
-from traffic_control.errors import CapabilityMissing, ValidationError
+from traffic_control.errors import CapabilityMissing, TrafficControlError, ValidationError
 from traffic_control.netlink import NETEM_FIX
-from traffic_control.shape import LinkShape
+from traffic_control.shape import LinkShape, shape_dict
 
-from . import cgroups, cleanup, naming
-from .addressing import NetPlan, NodePlan, plan_network
+from . import cgroups, cleanup, naming, state
+from . import impairment as uimp
+from .addressing import IfacePlan, NetPlan, NodePlan, plan_network
 
 IMPAIRMENTS = ("auto", "netem", "userspace", "none")
 
@@ -58,12 +68,15 @@ def _mininet() -> Any:
     setLogLevel(os.environ.get("TESTBED_MININET_LOG", "error"))
 
     class TestbedHost(Host):  # type: ignore[misc, valid-type]
-        """A Mininet host whose processes carry the testbed's owner mark (for cleanup)."""
+        """A Mininet host whose processes carry the testbed's owner mark and run in its cgroup."""
 
         def _popen(self, cmd: list[str], **params: Any) -> Any:
             env = dict(params.pop("env", None) or os.environ)
             env[naming.OWNER_ENV] = naming.PREFIX
             env["TESTBED_NODE"] = self.name
+            enter = cgroups.preexec(self.name)
+            if enter is not None and "preexec_fn" not in params:
+                params["preexec_fn"] = enter
             return super()._popen(cmd, env=env, **params)
 
     return Mininet, TestbedHost
@@ -76,46 +89,84 @@ class Impairment:
     backend: str  # netem | userspace | none
     netem_available: bool
     skipped: list[str] = field(default_factory=list)
+    seed: int | None = None
+    #: netem only: whether its PRNG takes the seed (kernel >= 6.7); None when not known
+    netem_seeded: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "netem_available": self.netem_available, "skipped": self.skipped}
+        return {"backend": self.backend, "netem_available": self.netem_available, "skipped": self.skipped,
+                "seed": self.seed, "netem_seeded": self.netem_seeded, "randomness": self.randomness}
+
+    @property
+    def randomness(self) -> str:
+        """What decides the loss and jitter draws (recorded, so a reader knows if a trial repeats)."""
+        if self.backend == "userspace":
+            return f"seeded per daemon from seed {0 if self.seed is None else self.seed} (reproducible)"
+        if self.backend == "netem":
+            if self.netem_seeded:
+                return f"netem PRNG seeded per qdisc from seed {self.seed} (reproducible)"
+            return "netem's own unseeded PRNG: this kernel ignores TCA_NETEM_PRNG_SEED (needs Linux >= 6.7), " \
+                   "so loss and jitter patterns differ between trials"
+        return "none (no impairment applied)"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Impairment:
+        return cls(d["backend"], bool(d["netem_available"]), list(d.get("skipped") or []), d.get("seed"),
+                   d.get("netem_seeded"))
+
+
+def skipped_impairments(topo: Topology) -> list[str]:
+    """What a network without an impairment backend leaves out (said out loud and recorded)."""
+    out = [f"{lk.a}<->{lk.b}: {lk.forward.describe()} / {lk.reverse.describe()}" for lk in topo.links
+           if lk.forward.needs_netem or lk.reverse.needs_netem]
+    out += [f"LAN of {dc.name}: {dc.lan.describe()}" for dc in topo.dcs if dc.lan.needs_netem]
+    return out
 
 
 def choose_impairment(topo: Topology, requested: str, allow_missing_netem: bool,
-                      netem_available: bool | None = None) -> Impairment:
-    """Decide the impairment backend before anything is built (errors leave nothing behind)."""
+                      netem_available: bool | None = None, seed: int | None = None) -> Impairment:
+    """Decide the impairment backend before anything is built (errors leave nothing behind).
+
+    The backend is chosen from what the kernel offers even when the topology
+    asks for no delay at start: a link schedule or ``net set`` may add some
+    later, and the links must be built so that they can take it in place.
+    """
     if requested not in IMPAIRMENTS:
         raise ValidationError("impairment", f"unknown backend {requested!r}", f"use one of: {', '.join(IMPAIRMENTS)}")
     if netem_available is None:
-        netem_available = probe_kernel()["netem"].ok if topo.needs_netem else True
-    needs = topo.needs_netem
-    if not needs:
-        return Impairment("none", netem_available)
+        netem_available = probe_kernel()["netem"].ok
+    if requested == "none":
+        return Impairment("none", netem_available, skipped_impairments(topo), seed)
     if requested == "netem" or (requested == "auto" and netem_available):
         if not netem_available:
             raise CapabilityMissing("sch_netem", NETEM_FIX)
-        return Impairment("netem", True)
-    if requested == "userspace" or (requested == "auto" and _userspace_available()):
-        return Impairment("userspace", netem_available)
-    skipped = [f"{lk.a}<->{lk.b}: {lk.forward.describe()} / {lk.reverse.describe()}" for lk in topo.links
-               if lk.forward.needs_netem or lk.reverse.needs_netem]
-    if requested == "none" or allow_missing_netem:
-        return Impairment("none", netem_available, skipped)
+        return Impairment("netem", True, seed=seed)
+    ok, why = _userspace_available()
+    if requested == "userspace":
+        if not ok:
+            raise CapabilityMissing("what the userspace impairment backend needs", f"{why}; or use --impairment netem/none")
+        return Impairment("userspace", netem_available, seed=seed)
+    if ok:
+        return Impairment("userspace", netem_available, seed=seed)
+    if not topo.needs_netem or allow_missing_netem:
+        return Impairment("none", netem_available, skipped_impairments(topo), seed)
     raise CapabilityMissing("sch_netem", NETEM_FIX)
 
 
-def _userspace_available() -> bool:
+def _userspace_available() -> tuple[bool, str]:
     try:
-        import traffic_control.userspace as uq  # noqa: F401
-
-        from . import impairment  # noqa: F401  (the builder's side of the backend)
-    except ImportError:
-        return False
-    return True
+        from traffic_control.userspace import available
+    except ImportError as e:
+        return False, f"traffic_control.userspace not importable: {e}"
+    return available()
 
 
 class NetworkBusy(RuntimeError):
     """Another testbed network is up on this machine (one at a time: names share the tb- prefix)."""
+
+
+class NotUp(RuntimeError):
+    """No testbed network is up (nothing to attach to)."""
 
 
 class EmulatedNetwork:
@@ -123,8 +174,10 @@ class EmulatedNetwork:
 
     def __init__(self, topo: Topology, *, impairment: str = "auto", allow_missing_netem: bool = False,
                  with_ps: bool = True, log: Callable[[str], None] | None = None,
-                 netem_available: bool | None = None) -> None:
+                 netem_available: bool | None = None, seed: int | None = None) -> None:
         self.topo = topo
+        self.with_ps = with_ps
+        self.seed = seed
         self.plan: NetPlan = plan_network(topo, with_ps=with_ps)
         self.requested = impairment
         self.allow_missing_netem = allow_missing_netem
@@ -141,6 +194,8 @@ class EmulatedNetwork:
         self._building = False  # True once this instance may have created objects (stop() cleans only then)
         self.timings: dict[str, float] = {}
         self._handles: dict[str, Any] = {}
+        self.attached = False  # True: built by another process (see attach); stop() leaves it up
+        self._sw_handles: dict[str, Any] = {}
 
     # --------------------------------------------------------------- public
     def __enter__(self) -> EmulatedNetwork:
@@ -157,27 +212,26 @@ class EmulatedNetwork:
         if existing:
             raise NetworkBusy(f"a testbed network is already up ({len(existing)} namespaces, e.g. {existing[0]}); "
                                "run `testbed net down` (or `testbed clean`) first")
-        self.impairment = choose_impairment(self.topo, self.requested, self.allow_missing_netem, self._netem_hint)
+        self.impairment = choose_impairment(self.topo, self.requested, self.allow_missing_netem, self._netem_hint,
+                                            self.seed)
         if self.topo.switch == "ovs":
             from . import ovs as ovsctl
 
             ovsctl.require()
         if self.impairment.skipped:
-            self.log("WARNING: sch_netem is missing; delay/jitter/loss are SKIPPED on: "
+            self.log(f"WARNING: impairment backend {self.impairment.backend!r}; delay/jitter/loss are SKIPPED on: "
                      + "; ".join(self.impairment.skipped))
         t0 = time.monotonic()
         self._building = True
         try:
             self._start_nodes()
             self._handles = {n.name: NetNS(n.netns) for n in self.plan.nodes.values()}
+            self._make_switches()
             self.timings["nodes_s"] = time.monotonic() - t0
             self._wire()
             self.timings["wire_s"] = time.monotonic() - t0
             self._shape()
-            if self.userspace:
-                from .impairment import watch
-
-                self._watchdog = watch(self)
+            self._watchdog = uimp.watch(self)
             self.timings["shape_s"] = time.monotonic() - t0
             self._write_state()
         except BaseException:
@@ -190,12 +244,13 @@ class EmulatedNetwork:
         return self
 
     def _close_handles(self) -> None:
-        for h in self._handles.values():
+        for h in [*self._handles.values(), *self._sw_handles.values()]:
             try:
                 h.close()
             except Exception:
                 pass
         self._handles = {}
+        self._sw_handles = {}
 
     def _ns(self, node: str) -> Any:
         """Netlink handle into ``node``'s namespace: the one held open during start, else a new one."""
@@ -206,18 +261,14 @@ class EmulatedNetwork:
         """Tear down what this instance built (cleanup by prefix).
 
         A no-op when start() never began building (e.g. it refused because
-        another testbed network is up): that network must not be torn down.
+        another testbed network is up): that network must not be torn down;
+        and on an attached network (built by another process), which stays
+        up until ``testbed net down``.
         """
+        self.stop_watching()
         if not self._building:
             return
-        if self._watchdog is not None:
-            self._watchdog.stop()
-            self._watchdog = None
-        for uq in self.userspace:
-            try:
-                uq.stop()
-            except Exception:
-                pass
+        # The impairment daemons go with the namespaces (cleanup ends every process in them).
         self.userspace = []
         for h in self.nodes.values():
             try:
@@ -230,6 +281,12 @@ class EmulatedNetwork:
         self.started = False
         self._building = False
 
+    def stop_watching(self) -> None:
+        """Stop this process's watchdog and leave the network up (``net up`` returning)."""
+        if self._watchdog is not None:
+            self._watchdog.stop()
+            self._watchdog = None
+
     def host(self, name: str) -> Any:
         return self.nodes[name]
 
@@ -237,8 +294,52 @@ class EmulatedNetwork:
         return naming.netns_name(node)
 
     def popen(self, node: str, argv: list[str], **kw: Any) -> Any:
-        """Start ``argv`` inside ``node``'s namespace (marked for cleanup)."""
-        return self.nodes[node].popen(argv, **kw)
+        """Start ``argv`` inside ``node``'s namespace and cgroup (marked for cleanup).
+
+        Through the node's Mininet shell while this process built the network
+        (its mount namespace, as Mininet's CLI sees it); otherwise, e.g. on an
+        attached network or a temporary probe endpoint, through ``ip netns
+        exec`` on the node's named namespace.
+        """
+        if node in self.nodes:
+            return self.nodes[node].popen(argv, **kw)
+        return subprocess.Popen(exec_argv(node, argv), env=owned_env(node, kw.pop("env", None)),
+                                preexec_fn=kw.pop("preexec_fn", None) or cgroups.preexec(node), **kw)
+
+    # ------------------------------------------------------------ attaching
+    @classmethod
+    def attach(cls, log: Callable[[str], None] | None = None) -> EmulatedNetwork:
+        """The network that is up on this machine (built by any process), for changing and inspecting it.
+
+        Raises :class:`NotUp` when none is.  ``stop()`` on the result is a
+        no-op: the network stays until ``testbed net down``.
+        """
+        from topologies import from_dict
+
+        rec = state.read()
+        if rec is None or not cleanup.owned_netns():
+            raise NotUp("no testbed network is up (start one with `testbed net up TOPOLOGY`)")
+        topo = from_dict(rec["topology"])
+        net = cls(topo, impairment=rec["impairment"]["backend"], with_ps=rec.get("with_ps", True), log=log,
+                  seed=rec.get("seed"))
+        net.impairment = Impairment.from_dict(rec["impairment"])
+        for w in net.plan.wans:
+            for attr, key in (("forward", f"{w.a}->{w.b}"), ("reverse", f"{w.b}->{w.a}")):
+                if key in rec.get("links", {}):
+                    object.__setattr__(w, attr, LinkShape(**rec["links"][key]))
+        for d in rec.get("userspace", []):
+            point = uimp.Point(d["node"], d["ifname"], d["direction"], d["what"])
+            try:
+                net.userspace.append(uimp.attach(naming.netns_name(point.node), point))
+            except Exception as e:
+                net.impairment_failures.append(f"{point.node}:{point.ifname}: no daemon state ({e})")
+        net.attached = True
+        net.started = True
+        return net
+
+    def impairment_health(self) -> list[dict[str, Any]]:
+        """Every userspace daemon of this network: alive, or dead and failing closed."""
+        return uimp.health_report(self.userspace)
 
     def cli(self) -> None:
         from mininet.cli import CLI
@@ -254,16 +355,27 @@ class EmulatedNetwork:
         return out
 
     def change_link(self, a: str, b: str, shape: LinkShape) -> None:
-        """Change the a->b direction of a live WAN link in place (``tc change``)."""
+        """Change the a->b direction of a live WAN link in place (``tc change``; any backend).
+
+        netem: the leaf was built as netem, so delay, jitter and loss come and
+        go with ``change``.  userspace: the rate changes in HTB, the rest in
+        the link's daemon, which is started here if the link had no
+        impairment before.  none: a change that needs delay/jitter/loss is an
+        error (nothing can apply it), never silently ignored.
+        """
         for w in self.plan.wans:
             for src, dst, node, ifn, attr in ((w.a, w.b, w.a_router, w.a_if, "forward"),
                                               (w.b, w.a, w.b_router, w.b_if, "reverse")):
                 if (src, dst) == (a, b):
                     old = getattr(w, attr)
-                    self._change(node, ifn, old, shape)
+                    self._change(node, ifn, f"{a}->{b}", old, shape)
                     object.__setattr__(w, attr, shape)
+                    self._save_links()
                     return
-        raise ValidationError("link", f"no WAN link {a}->{b}", "name two adjacent DCs")
+        raise ValidationError("link", f"no WAN link {a}->{b}", f"name two adjacent DCs ({self._link_names()})")
+
+    def _link_names(self) -> str:
+        return ", ".join(f"{w.a}-{w.b}" for w in self.plan.wans)
 
     def shape_of(self, a: str, b: str) -> LinkShape:
         for w in self.plan.wans:
@@ -273,11 +385,22 @@ class EmulatedNetwork:
                 return w.reverse
         raise ValidationError("link", f"no WAN link {a}->{b}", "name two adjacent DCs")
 
+    def spec_changes(self, changes: dict[str, Any]) -> dict[str, Any]:
+        """Shape changes written in spec units, as the kernel gets them: rates times the topology's scale."""
+        out = dict(changes)
+        if out.get("rate_bps") and self.topo.scale != 1.0:
+            out["rate_bps"] = out["rate_bps"] * self.topo.scale
+        return out
+
     def apply_event(self, event: Any) -> None:
-        """Apply one :class:`traffic_control.schedule.LinkEvent` (shape change and/or down/up)."""
+        """Apply one :class:`traffic_control.schedule.LinkEvent` (shape change and/or down/up).
+
+        Rates in a schedule are spec rates, like the topology's: they are
+        multiplied by the topology's ``scale``.
+        """
         if event.changes:
             for a, b in event.directions():
-                self.change_link(a, b, self.shape_of(a, b).with_changes(**event.changes))
+                self.change_link(a, b, self.shape_of(a, b).with_changes(**self.spec_changes(event.changes)))
         if event.state is not None:
             self.set_link_up(event.src, event.dst, event.state == "up")
 
@@ -285,9 +408,7 @@ class EmulatedNetwork:
         """Play a link schedule against this running network (background thread)."""
         from traffic_control.schedule import SchedulePlayer
 
-        for ev in events:  # check every link before the first event fires
-            for a, b in ev.directions():
-                self.shape_of(a, b)
+        check_schedule(self.topo, events, self.impairment)
         return SchedulePlayer(events, self.apply_event).start()
 
     def set_link_up(self, a: str, b: str, up: bool) -> None:
@@ -300,7 +421,22 @@ class EmulatedNetwork:
                     for n in (w.a_router, w.b_router):
                         self._configure_routes(self.plan.nodes[n])
                 return
-        raise ValidationError("link", f"no WAN link {a}-{b}", "name two adjacent DCs")
+        raise ValidationError("link", f"no WAN link {a}-{b}", f"name two adjacent DCs ({self._link_names()})")
+
+    def link_report(self) -> dict[str, Any]:
+        """Every WAN direction as the kernel reports it now: tc state, interface state, daemon."""
+        daemons = {(imp.point.node, imp.ifname): h for imp, h in zip(self.userspace, self.impairment_health())}
+        out: dict[str, Any] = {}
+        for w in self.plan.wans:
+            for src, dst, node, ifn, shape in ((w.a, w.b, w.a_router, w.a_if, w.forward),
+                                               (w.b, w.a, w.b_router, w.b_if, w.reverse)):
+                ns = self.netns(node)
+                entry: dict[str, Any] = {"node": node, "ifname": ifn, "spec": shape.to_dict(),
+                                         "tc": tcnl.show(ifn, netns=ns), "link": tcnl.link_state(ifn, netns=ns)}
+                if (node, ifn) in daemons:
+                    entry["userspace"] = daemons[(node, ifn)]
+                out[f"{src}->{dst}"] = entry
+        return out
 
     def read_back(self) -> dict[str, Any]:
         """The tc state the kernel reports for every shaped interface."""
@@ -312,7 +448,9 @@ class EmulatedNetwork:
                                                                handle=self._handles.get(node.name))
             for ifc in node.ifaces:
                 if ifc.port and ifc.port_egress is not None:
-                    out[f"root:{ifc.port}"] = tcnl.show(ifc.port)
+                    where = ifc.switch_netns or "root"
+                    out[f"{where}:{ifc.port}"] = tcnl.show(ifc.port, netns=ifc.switch_netns,
+                                                           handle=self._sw_handles.get(ifc.switch_netns or ""))
         return out
 
     # -------------------------------------------------------------- building
@@ -356,36 +494,38 @@ class EmulatedNetwork:
         if errors:
             raise RuntimeError("starting nodes failed: " + "; ".join(errors))
 
+    def _make_switches(self) -> None:
+        """One namespace per DC switch with its Linux bridge (OVS bridges live in the root namespace)."""
+        for sw in self.plan.switches:
+            if sw.netns is None:
+                continue
+            netns.create(sw.netns)
+            h = NetNS(sw.netns)
+            self._sw_handles[sw.netns] = h
+            h.link("set", index=h.link_lookup(ifname="lo")[0], state="up")
+            h.link("add", ifname=sw.bridge, kind="bridge")
+            h.link("set", index=h.link_lookup(ifname=sw.bridge)[0], state="up")
+            bridge_netfilter_off(sw.netns)
+
     def _wire(self) -> None:
         from mininet.link import Intf
 
         def no_move(*_a: Any, **_k: Any) -> bool:
             return True
 
-        ovs = self.topo.switch == "ovs"
-        with IPRoute() as root:
-            for br in self.plan.bridges:
-                if ovs:
-                    from . import ovs as ovsctl
-
-                    ovsctl.add_bridge(br)
-                else:
-                    root.link("add", ifname=br, kind="bridge")
-                root.link("set", index=root.link_lookup(ifname=br)[0], state="up")
-            # LAN: root-side port on the bridge, node side created directly in the node's namespace
-            for node in self.plan.nodes.values():
-                pid = self.nodes[node.name].pid
-                for ifc in node.ifaces:
-                    if ifc.port is None:
-                        continue
-                    root.link("add", ifname=ifc.port, kind="veth", peer={"ifname": ifc.name, "net_ns_pid": pid})
-                    pidx = root.link_lookup(ifname=ifc.port)[0]
-                    if ovs:
-                        ovsctl.add_port(ifc.bridge, ifc.port)
-                        root.link("set", index=pidx, state="up")
-                    else:
-                        bidx = root.link_lookup(ifname=ifc.bridge)[0]
-                        root.link("set", index=pidx, master=bidx, state="up")
+        if self.topo.switch == "ovs":
+            self._wire_ovs()
+        # LAN: the switch side of each veth in the switch's namespace, the node side in the node's
+        for node in self.plan.nodes.values():
+            pid = self.nodes[node.name].pid
+            for ifc in node.ifaces:
+                if ifc.port is None or ifc.switch_netns is None:
+                    continue
+                sw = self._sw_handles[ifc.switch_netns]
+                sw.link("add", ifname=ifc.port, kind="veth", peer={"ifname": ifc.name, "net_ns_pid": pid})
+                pidx = sw.link_lookup(ifname=ifc.port)[0]
+                bidx = sw.link_lookup(ifname=ifc.bridge)[0]
+                sw.link("set", index=pidx, master=bidx, state="up")
         # WAN: created in router a's namespace with the peer in router b's
         for w in self.plan.wans:
             self._handles[w.a_router].link("add", ifname=w.a_if, kind="veth",
@@ -403,6 +543,23 @@ class EmulatedNetwork:
                 intf = Intf(ifc.name, node=h, port=port, moveIntfFn=no_move)
                 intf.ip, intf.prefixLen = ifc.address, ifc.prefixlen
 
+    def _wire_ovs(self) -> None:
+        """``switch: ovs``: bridges and their ports in the root namespace (OVS's datapath lives there)."""
+        from . import ovs as ovsctl
+
+        with IPRoute() as root:
+            for sw in self.plan.switches:
+                ovsctl.add_bridge(sw.bridge)
+                root.link("set", index=root.link_lookup(ifname=sw.bridge)[0], state="up")
+            for node in self.plan.nodes.values():
+                pid = self.nodes[node.name].pid
+                for ifc in node.ifaces:
+                    if ifc.port is None or ifc.switch_netns is not None:
+                        continue
+                    root.link("add", ifname=ifc.port, kind="veth", peer={"ifname": ifc.name, "net_ns_pid": pid})
+                    ovsctl.add_port(ifc.bridge, ifc.port)
+                    root.link("set", index=root.link_lookup(ifname=ifc.port)[0], state="up")
+
     def _configure_routes(self, node: NodePlan) -> None:
         held = node.name in self._handles
         ns = self._ns(node.name)
@@ -413,48 +570,180 @@ class EmulatedNetwork:
             if not held:
                 ns.close()
 
+    # --------------------------------------------------------------- shaping
+    def _wan_direction(self, node: str, ifname: str) -> str:
+        for w in self.plan.wans:
+            if (w.a_router, w.a_if) == (node, ifname):
+                return f"{w.a}->{w.b}"
+            if (w.b_router, w.b_if) == (node, ifname):
+                return f"{w.b}->{w.a}"
+        raise KeyError((node, ifname))
+
+    def _qdisc_seed(self, node: str, ifname: str) -> int | None:
+        """netem's PRNG seed for one qdisc (None without a network seed: netem's default behaviour)."""
+        if self.seed is None:
+            return None
+        return uimp.seed_for(self.seed, f"{node}.{ifname}.egress")
+
     def _shape(self) -> None:
+        """Shape every interface; start the userspace daemons (in parallel: each waits for its rules)."""
         assert self.impairment is not None
-        use_netem = self.impairment.backend == "netem"
+        backend = self.impairment.backend
+        use_netem = backend == "netem"
+        points: list[tuple[uimp.Point, LinkShape]] = []
         for node in self.plan.nodes.values():
+            h = self._handles[node.name]
             for ifc in node.ifaces:
-                if ifc.egress is not None and (ifc.egress.rate_bps or ifc.egress.needs_netem):
-                    tcnl.apply(ifc.name, ifc.egress, netns=node.netns, netem=use_netem, handle=self._handles[node.name])
-                    if self.impairment.backend == "userspace" and ifc.peer_node and ifc.egress.needs_netem:
-                        self._start_userspace(node, ifc.name, ifc.egress)
-                if ifc.port and ifc.port_egress is not None and (ifc.port_egress.rate_bps or ifc.port_egress.needs_netem):
-                    tcnl.apply(ifc.port, ifc.port_egress, netem=use_netem)
+                if ifc.peer_node:
+                    # WAN: always a tree, so that any change later is a `tc change`; the leaf is
+                    # netem under the netem backend (also while the link has no delay).
+                    tcnl.apply(ifc.name, ifc.egress, netns=node.netns, netem=use_netem, handle=h,
+                               seed=self._qdisc_seed(node.name, ifc.name) if use_netem else None)
+                    if backend == "userspace" and ifc.egress.needs_netem:
+                        what = self._wan_direction(node.name, ifc.name)
+                        points.append((uimp.Point(node.name, ifc.name, "egress", what), ifc.egress))
+                    continue
+                self._shape_lan(node, ifc, h, backend)
+                if backend == "userspace" and ifc.lan_impairment is not None:
+                    points.append((uimp.Point(node.name, ifc.name, "ingress", f"lan:{node.dc}"), ifc.lan_impairment))
+        if points:
+            with ThreadPoolExecutor(max_workers=min(8, len(points))) as pool:
+                futures = [pool.submit(uimp.start, naming.netns_name(p.node), p, shape, self.seed)
+                           for p, shape in points]
+                errors = []
+                for (p, _), fut in zip(points, futures):
+                    try:
+                        self.userspace.append(fut.result())
+                    except Exception as e:  # every started daemon must be known (cleanup), then fail
+                        errors.append(f"{p.node}:{p.ifname}: {e}")
+            if errors:
+                raise RuntimeError("starting the userspace impairment failed: " + "; ".join(errors))
         self.applied = self.read_back()
+        if use_netem and self.seed is not None:
+            seeds = [v["shape"].get("prng_seed") for k, v in self.applied.items() if v["shape"].get("leaf") == "netem"]
+            self.impairment.netem_seeded = bool(seeds) and all(x is not None for x in seeds)
 
-    def _change(self, node: str, ifname: str, old: LinkShape, new: LinkShape) -> None:
+    def _shape_lan(self, node: NodePlan, ifc: IfacePlan, h: Any, backend: str) -> None:
+        """LAN: node egress carries rate (and, under netem, delay/jitter/loss); the switch port the rate."""
+        if ifc.egress is not None:
+            if backend == "netem":
+                tcnl.apply(ifc.name, ifc.egress, netns=node.netns, netem=ifc.egress.needs_netem, handle=h,
+                           seed=self._qdisc_seed(node.name, ifc.name) if ifc.egress.needs_netem else None)
+            elif ifc.egress.rate_bps:  # rate only: its delay/loss is the ingress daemon's (userspace) or skipped
+                tcnl.apply(ifc.name, ifc.egress, netns=node.netns, netem=False, handle=h)
+        if ifc.port and ifc.port_egress is not None:
+            tcnl.apply(ifc.port, ifc.port_egress, netns=ifc.switch_netns, netem=False,
+                       handle=self._sw_handles.get(ifc.switch_netns or ""))
+
+    def _change(self, node: str, ifname: str, what: str, old: LinkShape, new: LinkShape) -> None:
         assert self.impairment is not None
-        tcnl.change(ifname, old, new, netns=self.netns(node), netem=self.impairment.backend == "netem")
-        for uq in self.userspace:
-            if getattr(uq, "ifname", None) == ifname and getattr(uq, "node", None) == node:
-                from .impairment import to_impairment_shape
+        backend = self.impairment.backend
+        if backend == "none" and new.needs_netem:
+            raise TrafficControlError(f"{what}: cannot apply {new.describe()}: this network was built without an "
+                                      "impairment backend (--impairment none) (fix: bring it up with "
+                                      "--impairment auto, netem or userspace)")
+        use_netem = backend == "netem"
+        tcnl.change(ifname, old, new, netns=self.netns(node), netem=use_netem,
+                    seed=self._qdisc_seed(node, ifname) if use_netem else None)
+        if backend != "userspace":
+            return
+        for imp in self.userspace:
+            if imp.point.node == node and imp.ifname == ifname and imp.point.direction == "egress":
+                uimp.change(imp, new)
+                return
+        if new.needs_netem:  # the link's first delay/jitter/loss: its daemon starts now
+            imp = uimp.start(self.netns(node), uimp.Point(node, ifname, "egress", what), new, self.seed)
+            self.userspace.append(imp)
+            if self._watchdog is not None:
+                self._watchdog.add(imp)
+            self._save_userspace()
 
-                uq.change(to_impairment_shape(new))
-
-    def _start_userspace(self, node: NodePlan, ifname: str, shape: LinkShape) -> None:
-        from .impairment import start_userspace
-
-        self.userspace.append(start_userspace(self, node.name, ifname, shape, queue_num=len(self.userspace)))
-
+    # ----------------------------------------------------------------- state
     def _write_state(self) -> None:
-        d = Path(naming.STATE_DIR)
-        d.mkdir(parents=True, exist_ok=True)
-        state = {"topology": self.topo.to_dict(), "impairment": self.impairment.to_dict() if self.impairment else None,
-                 "nodes": {n: {"netns": p.netns, "role": p.role, "dc": p.dc, "ip": p.ip}
-                           for n, p in self.plan.nodes.items()},
-                 "created": time.time()}
-        (d / "net.json").write_text(json.dumps(state, indent=2))
+        rec = {"topology": self.topo.to_dict(), "with_ps": self.with_ps, "seed": self.seed,
+               "impairment": self.impairment.to_dict() if self.impairment else None,
+               "nodes": {n: {"netns": p.netns, "role": p.role, "dc": p.dc, "ip": p.ip, "cpu": p.cpu}
+                         for n, p in self.plan.nodes.items()},
+               "switches": {sw.dc: {"netns": sw.netns, "bridge": sw.bridge} for sw in self.plan.switches},
+               "links": self._links_record(), "userspace": self._userspace_record(),
+               "created": time.time(), "builder_pid": os.getpid()}
+        state.write(rec)
+
+    def _links_record(self) -> dict[str, Any]:
+        out = {}
+        for w in self.plan.wans:
+            out[f"{w.a}->{w.b}"] = shape_dict(w.forward)
+            out[f"{w.b}->{w.a}"] = shape_dict(w.reverse)
+        return out
+
+    def _userspace_record(self) -> list[dict[str, Any]]:
+        return [{"node": imp.point.node, "ifname": imp.ifname, "direction": imp.point.direction,
+                 "what": imp.point.what, "state_dir": str(imp.point.state_dir)} for imp in self.userspace]
+
+    def _save_links(self) -> None:
+        links = self._links_record()
+        state.update(lambda rec: rec.__setitem__("links", links))
+
+    def _save_userspace(self) -> None:
+        record = self._userspace_record()
+        state.update(lambda rec: rec.__setitem__("userspace", record))
 
 
 def read_state() -> dict[str, Any] | None:
-    p = Path(naming.STATE_DIR) / "net.json"
-    if not p.exists():
-        return None
-    try:
-        return json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
+    """The record of the network that is up (see :mod:`.state`), or None."""
+    return state.read()
+
+
+def check_schedule(topo: Topology, events: list[Any], imp: Impairment | None = None) -> None:
+    """Play ``events`` on paper against ``topo``, before anything is built: every link exists, every shape
+    the schedule leads to is valid (e.g. no jitter above the delay then in force), and the backend can apply
+    it.  Rates are scaled as :meth:`EmulatedNetwork.apply_event` scales them."""
+    shapes = {}
+    for lk in topo.links:
+        shapes[(lk.a, lk.b)], shapes[(lk.b, lk.a)] = lk.forward, lk.reverse
+    links = ", ".join(f"{x}-{y}" for x, y in sorted((lk.a, lk.b) for lk in topo.links))
+    for i, ev in enumerate(events):
+        where = f"schedule[{i}] (t={ev.time_s:g}s)"
+        changes = dict(ev.changes)
+        if changes.get("rate_bps") and topo.scale != 1.0:
+            changes["rate_bps"] *= topo.scale
+        for a, b in ev.directions():
+            if (a, b) not in shapes:
+                raise ValidationError(f"{where}.link", f"no WAN link {a}->{b} in topology {topo.name!r}",
+                                      f"use one of: {links}")
+            try:
+                shapes[(a, b)] = shapes[(a, b)].with_changes(**changes)
+            except ValidationError as e:
+                raise e.under(f"{where}.{a}->{b}") from None
+            if imp is not None and imp.backend == "none" and shapes[(a, b)].needs_netem:
+                raise ValidationError(where, f"{a}->{b} would get {shapes[(a, b)].describe()} but the network "
+                                      "has no impairment backend (--impairment none)",
+                                      "use --impairment auto, netem or userspace")
+
+
+def exec_argv(node: str, argv: list[str]) -> list[str]:
+    """Run ``argv`` in ``node``'s named namespace (``ip netns exec``: also its own /sys view)."""
+    return ["ip", "netns", "exec", naming.netns_name(node), *argv]
+
+
+def owned_env(node: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a process the testbed starts in ``node`` (marked for cleanup)."""
+    out = dict(os.environ if env is None else env)
+    out[naming.OWNER_ENV] = naming.PREFIX
+    out["TESTBED_NODE"] = node
+    return out
+
+
+def bridge_netfilter_off(ns_name: str) -> None:
+    """Bridged frames in the switch namespace skip iptables (``bridge-nf-call-*`` are per namespace).
+
+    Nothing in that namespace filters them anyway (its tables are empty); this
+    saves each frame the trip through netfilter.  No-op where br_netfilter is
+    not loaded (the files do not exist then).
+    """
+    keys = [k for k in ("bridge-nf-call-iptables", "bridge-nf-call-ip6tables", "bridge-nf-call-arptables")
+            if os.path.exists(f"/proc/sys/net/bridge/{k}")]
+    if not keys:
+        return
+    subprocess.run(["ip", "netns", "exec", ns_name, "sysctl", "-qw", *[f"net.bridge.{k}=0" for k in keys]],
+                   check=False, capture_output=True, timeout=10)

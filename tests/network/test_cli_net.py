@@ -18,20 +18,30 @@ pytestmark = pytest.mark.root
 def test_dry_run_prints_tc_commands_and_creates_nothing():
     require_root_tools()
     before = cleanup.leftovers()
-    r = run_cli("net", "up", "three_dc_triangle", "--dry-run")
-    assert r.returncode == 0, r.stderr
-    out = r.stdout
     t = load("three_dc_triangle")
-    for lk in t.links:
-        for src, dst, shape in ((lk.a, lk.b, lk.forward), (lk.b, lk.a, lk.reverse)):
-            prefix = f"ip netns exec tb-{src}-r tc "
-            assert f"{prefix}qdisc add dev w-{dst} root handle 1: htb default 1" in out
-            assert f"{prefix}class add dev w-{dst} parent 1: classid 1:1 htb rate {int(shape.rate_bps / 1e6)}mbit" in out
-            assert (f"{prefix}qdisc add dev w-{dst} parent 1:1 handle 10: netem delay "
-                    f"{int(round(shape.delay_s * 1e6))}us limit {shape.netem_limit}") in out
     lan = LinkShape(rate_bps=1e9)
-    assert f"tc class add dev tb-east-1 parent 1: classid 1:1 htb rate 1gbit ceil 1gbit burst {lan.burst_bytes}b" in out
-    assert "10.1.0.254" in out  # the plan is printed too
+    for backend in ("netem", "userspace"):
+        r = run_cli("net", "up", "three_dc_triangle", "--dry-run", "--impairment", backend)
+        assert r.returncode == 0, r.stderr
+        out = r.stdout
+        assert f"# impairment backend: {backend}" in out
+        for lk in t.links:
+            for src, dst, shape in ((lk.a, lk.b, lk.forward), (lk.b, lk.a, lk.reverse)):
+                prefix = f"ip netns exec tb-{src}-r tc "
+                assert f"{prefix}qdisc add dev w-{dst} root handle 1: htb default 1" in out
+                assert f"{prefix}class add dev w-{dst} parent 1: classid 1:1 htb rate {int(shape.rate_bps / 1e6)}mbit" in out
+                if backend == "netem":
+                    assert (f"{prefix}qdisc add dev w-{dst} parent 1:1 handle 10: netem delay "
+                            f"{int(round(shape.delay_s * 1e6))}us limit {shape.netem_limit}") in out
+                else:  # the delay is a daemon's, said so; the leaf holds the rate's queue
+                    assert f"{prefix}qdisc add dev w-{dst} parent 1:1 handle 10: pfifo limit {shape.netem_limit}" in out
+                    assert f"# {src}-r:w-{dst} egress: userspace daemon" in out
+        # LAN rate on both ends: the host's egress and its port on the switch (in the switch's namespace)
+        assert (f"ip netns exec tb-east-h1 tc class add dev eth0 parent 1: classid 1:1 htb rate 1gbit ceil 1gbit "
+                f"burst {lan.burst_bytes}b") in out
+        assert (f"ip netns exec tb-east-sw tc class add dev east-h1 parent 1: classid 1:1 htb rate 1gbit ceil 1gbit "
+                f"burst {lan.burst_bytes}b") in out
+        assert "10.1.0.254" in out and "switch east: bridge tb-east in netns tb-east-sw" in out
     assert cleanup.leftovers() == before
 
 

@@ -122,8 +122,9 @@ def test_tc_read_back_equals_the_spec(net):
     for n in net.plan.hosts("east"):
         got = rb[f"{n.name}:eth0"]["shape"]
         assert got["rate_bps"] == pytest.approx(lan.rate_bps) and got["limit"] == lan.netem_limit
-        port = n.ifaces[0].port
-        assert rb[f"root:{port}"]["shape"]["rate_bps"] == pytest.approx(lan.rate_bps)
+        ifc = n.ifaces[0]
+        assert ifc.switch_netns == "tb-east-sw"  # the switch port, in the switch's own namespace
+        assert rb[f"{ifc.switch_netns}:{ifc.port}"]["shape"]["rate_bps"] == pytest.approx(lan.rate_bps)
 
 
 def test_link_down_and_up(net):

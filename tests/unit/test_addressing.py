@@ -47,7 +47,11 @@ def test_names_unique_and_short(name):
     ports = [i.port for _, i in _ifaces(plan) if i.port]
     assert len(set(ports)) == len(ports)
     for x in ports + plan.bridges:
-        assert naming.is_ours(x) and len(x.encode()) <= 15
+        assert len(x.encode()) <= 15
+    # Linux-bridge switches live in their own tb-* namespaces: nothing of the LAN is in the root namespace
+    assert all(i.switch_netns and naming.is_ours(i.switch_netns) for _, i in _ifaces(plan) if i.port)
+    assert {sw.netns for sw in plan.switches} == {naming.netns_name(naming.switch_name(d)) for d in plan.topology.dc_names}
+    assert not set(netns) & {sw.netns for sw in plan.switches}
     for n in plan.nodes.values():
         names = [i.name for i in n.ifaces]
         assert len(set(names)) == len(names)
@@ -128,3 +132,28 @@ def test_describe_mentions_every_node():
     text = "\n".join(plan.describe())
     for n in plan.nodes:
         assert n in text
+
+
+def test_ovs_switches_stay_in_the_root_namespace_with_prefixed_ports():
+    t = from_dict({"name": "o", "switch": "ovs", "dcs": [{"name": "a"}, {"name": "b"}],
+                   "links": [{"a": "a", "b": "b", "rate": "10Mbit"}]})
+    plan = plan_network(t)
+    ports = [i.port for _, i in _ifaces(plan) if i.port]
+    assert ports and all(naming.is_ours(p) for p in ports)
+    assert all(sw.netns is None for sw in plan.switches)
+
+
+def test_lan_shape_rate_on_both_ends_delay_once():
+    """LAN rate limits both directions of a node's link; delay/jitter/loss apply once per delivery."""
+    t = from_dict({"name": "l", "dcs": [{"name": "a", "hosts": 2, "lan": {"rate": "1Gbit", "delay": "1ms",
+                                                                          "loss": "1%"}}, {"name": "b"}],
+                   "links": [{"a": "a", "b": "b", "rate": "10Mbit"}]})
+    plan = plan_network(t)
+    for n in plan.hosts("a", role=None):
+        lan = n.ifaces[0]
+        assert lan.egress.delay_s == 0.001 and lan.egress.loss_pct == 1 and lan.egress.rate_bps == 1e9
+        assert lan.port_egress.rate_bps == 1e9 and not lan.port_egress.needs_netem
+        assert lan.lan_impairment.delay_s == 0.001
+    assert all(n.ifaces[0].egress is None and n.ifaces[0].lan_impairment is None for n in plan.hosts("b", role=None))
+    assert t.expected_rtt("a", "a") == pytest.approx(0.002)
+    assert t.expected_rtt("a", "b") == pytest.approx(0.002)  # a's LAN once each way, b's LAN has none

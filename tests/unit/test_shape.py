@@ -169,7 +169,10 @@ def test_pfifo_leaf_without_netem():
     s = LinkShape(rate_bps=100e6, delay_s=0.01)
     leaf = build_ops(s, netem=False)[2]
     assert leaf.kind == "pfifo" and leaf.params == {"limit": s.netem_limit}
-    assert build_ops(LinkShape(rate_bps=100e6))[2].kind == "pfifo"
+    assert build_ops(LinkShape(rate_bps=100e6))[2].kind == "pfifo"  # netem=None: netem only when needed
+    # netem=True: the leaf is netem even without delay, so it can take one later by `change`
+    plain = build_ops(LinkShape(rate_bps=100e6), netem=True)[2]
+    assert plain.kind == "netem" and plain.params["delay"] == 0 and plain.params["loss"] == 0
 
 
 def test_dry_run_lines():
@@ -185,6 +188,8 @@ def test_dry_run_lines():
     plain = dry_run("eth0", LinkShape(rate_bps=1e9))
     assert plain[0].startswith("tc qdisc add dev eth0 root")
     assert plain[2] == f"tc qdisc add dev eth0 parent 1:1 handle 10: pfifo limit {LinkShape(rate_bps=1e9).netem_limit}"
+    seeded = dry_run("eth0", s, seed=42)
+    assert seeded[2].endswith("seed 42")
     assert " ".join(clear_ops()[0].tc_command("eth0")) == "tc qdisc del dev eth0 root"
 
 
@@ -204,8 +209,9 @@ def test_change_ops_never_delete(new, netem):
         if netem or old.rate_bps != nw.rate_bps or old.limit != nw.limit:
             assert ops, f"{old} -> {nw} needs some op"
         for op in ops:
-            assert op.command in ("change", "change-class", "replace"), op
-            assert op.tc_command("w-x")[2] in ("change", "replace")
+            assert op.command in ("change", "change-class"), op
+            assert op.tc_command("w-x")[2] == "change"
+            assert op.kind == ("htb" if op.command == "change-class" else "netem" if netem else "pfifo")
             assert op.handle in (HTB_CLASS, LEAF_HANDLE)  # the root qdisc is never touched
 
 
@@ -216,10 +222,23 @@ def test_change_ops_minimal():
     ops = change_ops(BASE, BASE.with_changes(delay_s=0.03))
     assert [(o.command, o.kind) for o in ops] == [("change", "netem")]
     assert ops[0].params["delay"] == 30000
-    # rate-only link gets loss: the leaf is replaced (pfifo -> netem) under the same handle
-    ops = change_ops(LinkShape(rate_bps=10e6), LinkShape(rate_bps=10e6, loss_pct=1))
-    assert [(o.command, o.kind, o.handle) for o in ops] == [("replace", "netem", LEAF_HANDLE)]
-    assert ops[0].tc_command("w-x")[:4] == ["tc", "qdisc", "replace", "dev"]
+    # A rate-only link gets loss, and loses it again: its leaf was built as netem, so both are a
+    # `change` of the same qdisc.  (A `replace` with another kind on the same handle is refused by
+    # the kernel, "Invalid qdisc name"; that is why the kind never changes.)
+    for a, b in ((LinkShape(rate_bps=10e6), LinkShape(rate_bps=10e6, loss_pct=1)),
+                 (LinkShape(rate_bps=10e6, loss_pct=1, delay_s=0.01), LinkShape(rate_bps=10e6))):
+        ops = change_ops(a, b, netem=True)
+        assert [(o.command, o.kind, o.handle) for o in ops] == [("change", "netem", LEAF_HANDLE)]
+    # the userspace backend's pfifo leaf: only its limit follows the new BDP
+    ops = change_ops(LinkShape(rate_bps=10e6), LinkShape(rate_bps=10e6, delay_s=0.2), netem=False)
+    assert [(o.command, o.kind) for o in ops] == [("change", "pfifo")]
+
+
+def test_change_ops_refuse_what_a_pfifo_leaf_cannot_carry():
+    from traffic_control.errors import TrafficControlError
+
+    with pytest.raises(TrafficControlError, match="netem=True"):
+        change_ops(LinkShape(rate_bps=10e6), LinkShape(rate_bps=10e6, loss_pct=1))  # built with netem=None
 
 
 def test_change_reorder_toggle_clears_netem_rate():

@@ -1,13 +1,19 @@
-"""Controller side: start, change, watch and stop one daemon per shaped interface.
+"""Controller side: start, attach to, change, watch and stop one daemon per shaped interface.
 
 The daemon runs inside the router's network namespace, entered with
 ``nsenter --net=...`` (which execs, so the child's pid is the daemon's).  The
 two sides share a state directory: ``shape.json`` (controller -> daemon, then
-SIGHUP) and ``health.json`` (daemon -> controller, rewritten every 100 ms).
+SIGHUP), ``health.json`` (daemon -> controller, rewritten every 100 ms) and
+``stop`` (controller -> daemon: the next SIGTERM is an orderly stop).
+
+A daemon started with ``detach=True`` runs in its own session and outlives
+the process that started it (the network it shapes stays up after ``testbed
+net up`` returns); any later process controls it with :meth:`attach` on its
+state directory.
 
 Death is seen two ways, both well within a second: the child's exit status
-(immediate, we are its parent) and the heartbeat's age (a hung or stopped
-daemon, or one started by another process).
+(immediate when we are its parent), or its pid gone from ``/proc`` (when we
+attached), and the heartbeat's age (a hung or stopped daemon).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from typing import Any
 
 from ..errors import ValidationError
 from . import rules
-from .daemon import HEALTH_FILE, SHAPE_FILE, write_json_atomic
+from .daemon import HEALTH_FILE, SHAPE_FILE, STOP_FILE, write_json_atomic
 from .shape import ImpairmentShape
 
 #: A heartbeat older than this means the daemon is hung.  A *dead* daemon is
@@ -92,14 +98,17 @@ class UserspaceImpairment:
     Use :meth:`start`; then :meth:`change`, :meth:`health`, :meth:`stop`.
     """
 
-    def __init__(self, netns: Netns, ifname: str, state_dir: Path, proc: subprocess.Popen[bytes],
-                 shape: ImpairmentShape, own_state_dir: bool) -> None:
+    def __init__(self, netns: Netns, ifname: str, state_dir: Path, proc: subprocess.Popen[bytes] | None,
+                 shape: ImpairmentShape, own_state_dir: bool, *, pid: int | None = None,
+                 direction: str = "egress", generation: int = 0) -> None:
         self.netns = netns
         self.ifname = ifname
         self.state_dir = state_dir
         self.proc = proc
+        self._pid = proc.pid if proc is not None else pid
         self.shape = shape
-        self.generation = 0
+        self.direction = direction
+        self.generation = generation
         self._own_state_dir = own_state_dir
         self._stopped = False
         self._log = state_dir / "daemon.log"
@@ -108,34 +117,47 @@ class UserspaceImpairment:
     @classmethod
     def start(cls, netns: Netns, ifname: str, shape: ImpairmentShape | Any, queue_num: int | None = None,
               *, state_dir: str | os.PathLike[str] | None = None, mechanism: str = "netlink",
-              python: str | None = None, ready_timeout_s: float = 10.0,
+              python: str | None = None, ready_timeout_s: float = 10.0, direction: str = "egress",
+              detach: bool = False, env: dict[str, str] | None = None,
               extra_args: Sequence[str] = ()) -> UserspaceImpairment:
         """Start the daemon for ``ifname`` in ``netns``; returns once its rules are in place.
 
         ``shape``: an :class:`ImpairmentShape` or anything with the same
         attribute names (``from_any``).  ``queue_num``: the NFQUEUE number,
         unique per namespace; default the interface's ifindex (unique there
-        by construction).  Raises :class:`DaemonError` with the daemon's
-        output if it is not running within ``ready_timeout_s``.
+        by construction; ingress adds an offset).  ``direction``: ``egress``
+        (packets leaving ``ifname``) or ``ingress`` (packets arriving on it).
+        ``detach``: the daemon gets its own session and lives on after this
+        process exits (control it later with :meth:`attach`); otherwise it
+        stops, orderly, when this process goes away.  Raises
+        :class:`DaemonError` with the daemon's output if it is not running
+        within ``ready_timeout_s``.
         """
         shape = ImpairmentShape.from_any(shape)
         check_ifname(ifname)
+        if direction not in rules.CHAINS:
+            raise ValidationError("direction", f"unknown direction {direction!r}", "use egress or ingress")
         own = state_dir is None
         sdir = Path(tempfile.mkdtemp(prefix=f"tc-userspace-{ifname}-")) if own else Path(state_dir)
         sdir.mkdir(parents=True, exist_ok=True)
-        (sdir / HEALTH_FILE).unlink(missing_ok=True)
+        for stale in (HEALTH_FILE, STOP_FILE):
+            (sdir / stale).unlink(missing_ok=True)
         write_json_atomic(sdir / SHAPE_FILE, {"generation": 0, "shape": shape.to_dict()})
         argv = [*netns_prefix(netns), python or sys.executable, "-m", "traffic_control.userspace", "run",
-                "--ifname", ifname, "--state-dir", str(sdir), "--parent-pid", str(os.getpid()),
+                "--ifname", ifname, "--state-dir", str(sdir), "--direction", direction,
                 "--mechanism", mechanism, *extra_args]
+        if not detach:
+            argv += ["--parent-pid", str(os.getpid())]
         if queue_num is not None:
             argv += ["--queue", str(queue_num)]
-        env = dict(os.environ)
+        env = dict(os.environ if env is None else env)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         with open(sdir / "daemon.log", "wb") as log:
+            # A detached daemon gets its own session: a Ctrl-C meant for the command that
+            # started it (its terminal's process group) must not end the network's impairment.
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    env=env, close_fds=True)
-        imp = cls(netns, ifname, sdir, proc, shape, own)
+                                    env=env, close_fds=True, start_new_session=detach)
+        imp = cls(netns, ifname, sdir, proc, shape, own, direction=direction)
         deadline = time.monotonic() + ready_timeout_s
         while time.monotonic() < deadline:
             data = imp._read_health()
@@ -149,18 +171,41 @@ class UserspaceImpairment:
         # daemon that is already running there (a refused second start); a
         # daemon that fails during its own start-up removes what it installed.
         imp._stopped = True
+        (sdir / STOP_FILE).touch()  # if it got as far as its rules, it removes them on the way out
         imp._terminate(1.0)
         if own:
             shutil.rmtree(sdir, ignore_errors=True)
         raise DaemonError(f"userspace impairment on {ifname} did not start: {detail}")
 
+    @classmethod
+    def attach(cls, state_dir: str | os.PathLike[str], netns: Netns = None) -> UserspaceImpairment:
+        """Control a daemon another process started (``detach=True``) through its state directory.
+
+        Works whether the daemon is alive or not (:meth:`health` says which);
+        raises :class:`DaemonError` if the directory holds no daemon's state.
+        """
+        sdir = Path(state_dir)
+        try:
+            generation, shape = _read_shape(sdir)
+            data = json.loads((sdir / HEALTH_FILE).read_text())
+        except (OSError, ValueError, KeyError) as exc:
+            raise DaemonError(f"no userspace impairment state in {sdir}: {exc}") from None
+        return cls(netns, str(data["ifname"]), sdir, None, shape, False, pid=int(data["pid"]),
+                   direction=str(data.get("direction", "egress")), generation=generation)
+
     # ----------------------------------------------------------------- change
     def change(self, shape: ImpairmentShape | Any, timeout_s: float = 2.0) -> None:
         """Apply ``shape`` to packets arriving from now on; returns once the daemon has it."""
         shape = ImpairmentShape.from_any(shape)
+        # Another controller may have changed it meanwhile: continue from the file's generation.
+        try:
+            self.generation = max(self.generation, _read_shape(self.state_dir)[0])
+        except (OSError, ValueError, KeyError):
+            pass
         self.generation += 1
         write_json_atomic(self.state_dir / SHAPE_FILE, {"generation": self.generation, "shape": shape.to_dict()})
-        self.proc.send_signal(signal.SIGHUP)
+        if not self._signal(signal.SIGHUP):
+            raise DaemonError(f"change on {self.ifname} impossible: {self.health().reason}")
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             data = self._read_health()
@@ -169,7 +214,7 @@ class UserspaceImpairment:
                 return
             if data and data.get("error"):
                 raise DaemonError(f"change on {self.ifname} failed: {data['error']}")
-            if self.proc.poll() is not None:
+            if self._exit_status() is not None:
                 break
             time.sleep(0.01)
         raise DaemonError(f"change on {self.ifname} not applied within {timeout_s} s: {self.health().reason}")
@@ -177,7 +222,24 @@ class UserspaceImpairment:
     # ----------------------------------------------------------------- health
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        assert self._pid is not None
+        return self._pid
+
+    def _exit_status(self) -> int | str | None:
+        """None while the daemon runs; its exit status (our child), or "gone" (attached)."""
+        if self.proc is not None:
+            return self.proc.poll()
+        return None if _pid_is_daemon(self.pid, self.state_dir) else "gone"
+
+    def _signal(self, sig: int) -> bool:
+        """Send ``sig`` to the daemon; False if it is not running."""
+        if self._exit_status() is not None:
+            return False
+        try:
+            os.kill(self.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
 
     def _read_health(self) -> dict[str, Any] | None:
         try:
@@ -198,10 +260,11 @@ class UserspaceImpairment:
         state = data.get("state", "unknown")
         gen = data.get("generation", -1)
         stats = data.get("stats", {})
-        code = self.proc.poll()
+        code = self._exit_status()
         if code is not None:
-            return Health(False, "dead", f"exited with status {code}: {self._log_tail(300)}", age, gen, stats)
-        if state == "failed":
+            how = f"exited with status {code}" if code != "gone" else "process gone"
+            return Health(False, "dead", f"{how}: {self._log_tail(300)}", age, gen, stats)
+        if state in ("failed", "terminated"):
             return Health(False, "failed", str(data.get("error")), age, gen, stats)
         if age is None or age > STALE_AFTER_S:
             return Health(False, "stale", f"no heartbeat for {age if age is None else round(age, 3)} s", age, gen, stats)
@@ -209,7 +272,7 @@ class UserspaceImpairment:
 
     # ----------------------------------------------------------------- stop
     def stop(self, timeout_s: float = 3.0) -> None:
-        """Stop the daemon (SIGTERM, then SIGKILL) and remove this interface's rules.
+        """Orderly stop: held packets released, the daemon ends, this interface's rules removed.
 
         Idempotent.  Rules are removed even if the daemon already died, which
         ends the fail-closed state: call it when the run is over.
@@ -217,20 +280,53 @@ class UserspaceImpairment:
         if self._stopped:
             return
         self._stopped = True
+        try:
+            (self.state_dir / STOP_FILE).touch()
+        except OSError:
+            pass
         self._terminate(timeout_s)
-        cleanup(self.netns, self.ifname)
+        rules.remove(netns_prefix(self.netns), self.ifname, self.direction)
         if self._own_state_dir:
             shutil.rmtree(self.state_dir, ignore_errors=True)
 
-
     def _terminate(self, timeout_s: float) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout_s)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+            return
+        if not self._signal(signal.SIGTERM):
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._exit_status() is not None:
+                return
+            time.sleep(0.02)
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _read_shape(state_dir: Path) -> tuple[int, ImpairmentShape]:
+    data = json.loads((state_dir / SHAPE_FILE).read_text())
+    return int(data["generation"]), ImpairmentShape.from_dict(data["shape"])
+
+
+def _pid_is_daemon(pid: int, state_dir: Path) -> bool:
+    """True while ``pid`` is a live (not zombie) daemon of ``state_dir`` (guards against pid reuse)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    if stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X"):
+        return False
+    return str(state_dir).encode() in cmdline
 
 
 def cleanup(netns: Netns = None, ifname: str | None = None) -> int:
@@ -261,6 +357,10 @@ class Watchdog:
     def start(self) -> Watchdog:
         self._thread.start()
         return self
+
+    def add(self, imp: UserspaceImpairment) -> None:
+        """Watch one more impairment (e.g. one started when a link first got a delay)."""
+        self.impairments = [*self.impairments, imp]
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -20,10 +20,14 @@ Arrival is stamped after the read, so time a packet waited in the socket
 buffer is added to, never subtracted from, its delay: the minimum delay is
 never below the spec.
 
-Faults: SIGTERM/SIGINT (or the parent going away) is an orderly stop: rules
-removed, held packets released, queue unbound.  An unexpected error or a
-SIGKILL leaves the rules in place, so the kernel drops the link's traffic
-(fail closed) until the controller cleans up.
+Faults and stops: an impairment belongs to the network it shapes, not to
+the command that started it, so no signal alone makes the link unimpaired.
+SIGTERM/SIGINT end the daemon *fail closed* (rules stay in place, held packets
+are dropped as the queue unbinds, the kernel drops the link's traffic until
+someone cleans up), exactly like a crash or SIGKILL.  Only an orderly stop
+asked for by the controller (the file ``stop`` in the state directory, then
+SIGTERM), or the parent going away when ``--parent-pid`` was given (library
+use), removes the rules and releases the held packets.
 """
 
 from __future__ import annotations
@@ -61,6 +65,12 @@ RT_PRIORITY = 10
 
 HEALTH_FILE = "health.json"
 SHAPE_FILE = "shape.json"
+#: Written by the controller before SIGTERM to ask for an orderly stop (rules removed, packets released).
+STOP_FILE = "stop"
+DIRECTIONS = ("egress", "ingress")
+#: Default NFQUEUE number of an ingress daemon: the interface's index plus this, so that an
+#: egress and an ingress daemon on the same interface never share a queue.
+INGRESS_QUEUE_OFFSET = 32768
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -150,7 +160,8 @@ class Daemon:
         self.shape_path = self.state_dir / SHAPE_FILE
         self.generation, self.shape = read_shape_file(self.shape_path)
         self.ifname: str = opts.ifname
-        self.queue_num: int = opts.queue if opts.queue is not None else socket.if_nametoindex(self.ifname)
+        self.direction: str = opts.direction
+        self.queue_num: int = opts.queue if opts.queue is not None else default_queue(self.ifname, self.direction)
         self.queue: Any = None
         self.sched = Scheduler(self.shape)
         self.state = "starting"
@@ -186,6 +197,7 @@ class Daemon:
         return {"pid": os.getpid(), "state": self.state, "error": self.error, "time": time.time(),
                 "started": self.started, "ifname": self.ifname, "queue": self.queue_num,
                 "mechanism": self.opts.mechanism, "generation": self.generation, "sched": self.sched_policy,
+                "direction": self.direction,
                 "shape": self.shape.to_dict(), "stats": stats}
 
     def write_health(self) -> None:
@@ -226,15 +238,15 @@ class Daemon:
             # interface), fail before touching anyone's rules.
             self.queue = open_queue(opts.mechanism, self.queue_num, self.shape.limit,
                                     not opts.no_gso, not opts.no_batch, opts.rcvbuf or rcvbuf_for(self.shape.limit))
-            rules.remove(ifname=self.ifname)  # a crashed predecessor's rules
+            rules.remove(ifname=self.ifname, direction=self.direction)  # a crashed predecessor's rules
             try:
-                rules.install(self.ifname, self.queue_num)
+                rules.install(self.ifname, self.queue_num, direction=self.direction)
                 self.state = "running"
                 self.write_health()
             except BaseException:
-                rules.remove(ifname=self.ifname)  # never started: leave nothing behind
+                rules.remove(ifname=self.ifname, direction=self.direction)  # never started: leave nothing behind
                 raise
-            self._loop(rfd)
+            orderly = self._loop(rfd)
         except Exception:
             # Fail closed: rules stay, the queue unbinds as we exit, the
             # kernel drops this link's packets until someone cleans up.
@@ -245,9 +257,17 @@ class Daemon:
                 self.queue.close()
             print(self.error, file=sys.stderr)
             return 1
+        if not orderly:
+            # Terminated without being asked to stop: fail closed, as after a crash.
+            self.state = "terminated"
+            self.error = "terminated by a signal without an orderly stop request: the link fails closed"
+            self._safe_health()
+            self.queue.close()
+            print(self.error, file=sys.stderr)
+            return 1
         self.state = "stopping"
         self._safe_health()
-        rules.remove(ifname=self.ifname)
+        rules.remove(ifname=self.ifname, direction=self.direction)
         released: list[int] = []
         self.sched.pop_all(released)
         self.queue.accept(released, False)
@@ -261,7 +281,12 @@ class Daemon:
         with contextlib.suppress(OSError):
             self.write_health()
 
-    def _loop(self, wake_fd: int) -> None:
+    def stop_is_orderly(self) -> bool:
+        """Whether the controller asked for this stop (and so for the rules to go)."""
+        return (self.state_dir / STOP_FILE).exists()
+
+    def _loop(self, wake_fd: int) -> bool:
+        """Run until a stop; returns True for an orderly one (asked for, or the parent gone)."""
         queue, sched, counters, hist = self.queue, self.sched, self.counters, self.late_hist
         qfd = queue.fileno()
         fds = [qfd, wake_fd]
@@ -327,14 +352,25 @@ class Daemon:
                 spent = 0.0
                 self.write_health()
                 if parent and os.getppid() != parent:
-                    break
+                    return True
+        return self.stop_is_orderly()
+
+
+def default_queue(ifname: str, direction: str = "egress") -> int:
+    """The interface's index (unique in its namespace), offset for ingress."""
+    idx = socket.if_nametoindex(ifname)
+    return idx + INGRESS_QUEUE_OFFSET if direction == "ingress" else idx
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m traffic_control.userspace run",
                                 description="Hold an interface's egress packets in userspace (delay/jitter/loss).")
     p.add_argument("--ifname", required=True, help="egress interface in this network namespace")
-    p.add_argument("--queue", type=int, default=None, help="NFQUEUE number (default: the ifindex)")
+    p.add_argument("--direction", choices=DIRECTIONS, default="egress",
+                   help="egress: packets leaving IFNAME (mangle POSTROUTING -o); ingress: packets arriving "
+                        "on it (mangle PREROUTING -i)")
+    p.add_argument("--queue", type=int, default=None,
+                   help=f"NFQUEUE number (default: the ifindex; ingress: ifindex + {INGRESS_QUEUE_OFFSET})")
     p.add_argument("--state-dir", required=True, help=f"holds {SHAPE_FILE} (input) and {HEALTH_FILE} (output)")
     p.add_argument("--mechanism", choices=("netlink", "binding"), default="netlink")
     p.add_argument("--no-gso", action="store_true", help="let the kernel segment GSO packets (benchmark only)")
@@ -345,7 +381,9 @@ def parser() -> argparse.ArgumentParser:
                    help="SCHED_FIFO priority, best effort (0: normal scheduling)")
     p.add_argument("--spin-us", type=float, default=SPIN_US,
                    help="wake this early and busy-wait to the release time (hides wake-up latency)")
-    p.add_argument("--parent-pid", type=int, default=0, help="stop (cleanly) when this parent goes away")
+    p.add_argument("--parent-pid", type=int, default=0,
+                   help="stop (orderly: rules removed, packets released) when this parent goes away; "
+                        "default 0: the daemon outlives whoever started it")
     return p
 
 
