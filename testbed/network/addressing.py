@@ -34,7 +34,6 @@ class IfacePlan:
     port: str | None = None  # LAN: that port's name
     port_egress: LinkShape | None = None  # LAN: shape on the bridge port (switch -> node): rate only
     switch_netns: str | None = None  # LAN: namespace of bridge and port (None: root, OVS only)
-    lan_impairment: LinkShape | None = None  # LAN: delay/jitter/loss of a delivery to this node
 
 
 @dataclass(frozen=True)
@@ -82,6 +81,7 @@ class SwitchPlan:
     dc: str
     bridge: str
     netns: str | None  # None: root namespace (OVS)
+    lan_impairment: LinkShape | None = None  # the DC's LAN delay/jitter/loss (userspace backend: held here)
 
 
 @dataclass
@@ -126,9 +126,9 @@ def lan_shapes(lan: LinkShape) -> tuple[LinkShape | None, LinkShape | None, Link
     once per delivery across the LAN (node -> switch -> node), so a one-way
     trip host -> host or host -> router takes ``delay`` and a same-DC round
     trip ``2 x delay``: netem sits on the sending node's egress only.  (The
-    userspace backend holds the packet at the receiving node's ingress
-    instead; the sum over any path is the same.)  ``impairment`` is that
-    delay/jitter/loss part, or None when the LAN has none.
+    userspace backend holds the packet in the DC's switch instead, once per
+    frame it bridges; the sum over any path is the same.)  ``impairment`` is
+    that delay/jitter/loss part, or None when the LAN has none.
     """
     if not (lan.rate_bps or lan.needs_netem):
         return None, None, None
@@ -166,14 +166,14 @@ def plan_network(topo: Topology, with_ps: bool = True) -> NetPlan:
         # LAN shape (see lan_shapes): node egress = the whole shape, switch port egress = rate only.
         egress, port_egress, impairment = lan_shapes(dc.lan)
         sw_ns = None if topo.switch == "ovs" else naming.netns_name(naming.switch_name(dc.name))
-        switches.append(SwitchPlan(dc.name, br, sw_ns))
+        switches.append(SwitchPlan(dc.name, br, sw_ns, impairment))
         r = NodePlan(naming.router_name(dc.name), dc.name, "router")
         for port_no, (name, role, addr, cpu) in enumerate([*members, (r.name, "router", gw, None)], start=1):
             port = naming.port_name(dc.name, port_no) if sw_ns is None else naming.switch_port_name(name)
             node = r if role == "router" else NodePlan(name, dc.name, role, cpu=cpu)
             ifname = naming.LAN_IFNAME if role == "router" else naming.HOST_IFNAME
             node.ifaces.append(IfacePlan(ifname, addr, 24, egress, bridge=br, port=port, port_egress=port_egress,
-                                         switch_netns=sw_ns, lan_impairment=impairment))
+                                         switch_netns=sw_ns))
             if role != "router":
                 node.routes.append(RoutePlan("default", gw))
             nodes[name] = node

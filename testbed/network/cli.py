@@ -99,29 +99,36 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _print_dry_run(net: EmulatedNetwork) -> None:
+    """What ``start`` would do with the backend ``auto`` would choose: tc commands and userspace daemons."""
     from .impairment import to_impairment_shape
 
-    imp = net.requested
-    netem = imp == "netem" or (imp == "auto" and _kernel_has_netem())
+    req = net.requested
+    backend = req if req != "auto" else ("netem" if _kernel_has_netem() else "userspace")
+    netem = backend == "netem"
     print("\n".join(net.plan.describe()))
     print()
-    print(f"# impairment backend: {'netem' if netem else imp if imp != 'auto' else 'userspace'}")
+    print(f"# impairment backend: {backend}")
     for node in net.plan.nodes.values():
         for ifc in node.ifaces:
             if ifc.peer_node:
                 print("\n".join(dry_run(ifc.name, ifc.egress, netns=node.netns, netem=netem)))
-                if not netem and ifc.egress.needs_netem:
+                if backend == "userspace" and ifc.egress.needs_netem:
                     print(f"# {node.name}:{ifc.name} egress: userspace daemon "
                           f"{to_impairment_shape(ifc.egress).to_dict()}")
                 continue
             if ifc.egress is not None and (netem or ifc.egress.rate_bps):
-                shape = ifc.egress if netem else ifc.egress.without_netem()
-                print("\n".join(dry_run(ifc.name, shape, netns=node.netns, netem=netem and shape.needs_netem)))
+                print("\n".join(dry_run(ifc.name, ifc.egress, netns=node.netns,
+                                        netem=netem and ifc.egress.needs_netem)))
             if ifc.port and ifc.port_egress is not None:
                 print("\n".join(dry_run(ifc.port, ifc.port_egress, netns=ifc.switch_netns, netem=False)))
-            if not netem and ifc.lan_impairment is not None:
-                print(f"# {node.name}:{ifc.name} ingress: userspace daemon "
-                      f"{to_impairment_shape(ifc.lan_impairment).to_dict()}")
+    for sw in net.plan.switches:
+        if sw.lan_impairment is None:
+            continue
+        if backend == "userspace":
+            print(f"# {sw.netns}:{sw.bridge} (every frame the switch bridges; bridge-nf-call-iptables=1 in "
+                  f"{sw.netns}): userspace daemon {to_impairment_shape(sw.lan_impairment).to_dict()}")
+        elif backend == "none":
+            print(f"# LAN of {sw.dc}: {sw.lan_impairment.describe()} SKIPPED (no impairment backend)")
 
 
 def _kernel_has_netem() -> bool:
@@ -165,7 +172,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"  {key:20} {_describe_kernel(v)}")
     for h in health:
         tag = "ok" if h["alive"] else "DEAD: link fails closed (drops all traffic)"
-        print(f"  daemon {h['node']}:{h['ifname']} {h['direction']} ({h['realises']}) pid {h['pid']}: {tag}"
+        print(f"  daemon {h['node']}:{h['ifname']} ({h['realises']}) pid {h['pid']}: {tag}"
               + (f" - {h['state']}: {h['reason']}" if not h["alive"] else ""))
     return 1 if failing else 0
 

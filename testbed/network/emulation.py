@@ -87,7 +87,7 @@ class Impairment:
     """How delay/jitter/loss are realised on this network, and what was skipped."""
 
     backend: str  # netem | userspace | none
-    netem_available: bool
+    netem_available: bool | None  # None: not probed (backend none)
     skipped: list[str] = field(default_factory=list)
     seed: int | None = None
     #: netem only: whether its PRNG takes the seed (kernel >= 6.7); None when not known
@@ -111,7 +111,7 @@ class Impairment:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Impairment:
-        return cls(d["backend"], bool(d["netem_available"]), list(d.get("skipped") or []), d.get("seed"),
+        return cls(d["backend"], d.get("netem_available"), list(d.get("skipped") or []), d.get("seed"),
                    d.get("netem_seeded"))
 
 
@@ -133,10 +133,10 @@ def choose_impairment(topo: Topology, requested: str, allow_missing_netem: bool,
     """
     if requested not in IMPAIRMENTS:
         raise ValidationError("impairment", f"unknown backend {requested!r}", f"use one of: {', '.join(IMPAIRMENTS)}")
+    if requested == "none":  # nothing to probe: the kernel's netem is not used either way
+        return Impairment("none", netem_available, skipped_impairments(topo), seed)
     if netem_available is None:
         netem_available = probe_kernel()["netem"].ok
-    if requested == "none":
-        return Impairment("none", netem_available, skipped_impairments(topo), seed)
     if requested == "netem" or (requested == "auto" and netem_available):
         if not netem_available:
             raise CapabilityMissing("sch_netem", NETEM_FIX)
@@ -218,12 +218,17 @@ class EmulatedNetwork:
             from . import ovs as ovsctl
 
             ovsctl.require()
+        if self.impairment.backend == "userspace" and any(sw.lan_impairment for sw in self.plan.switches) \
+                and not uimp.bridge_netfilter_loaded():
+            raise CapabilityMissing("br_netfilter (the userspace backend holds a LAN's delayed frames in its "
+                                    "switch, and bridged frames reach a queue only through it)", uimp.BRIDGE_NF_FIX)
         if self.impairment.skipped:
             self.log(f"WARNING: impairment backend {self.impairment.backend!r}; delay/jitter/loss are SKIPPED on: "
                      + "; ".join(self.impairment.skipped))
         t0 = time.monotonic()
         self._building = True
         try:
+            state.remove_stale()  # a record left by a network that is gone (no tb-* namespace is up)
             self._start_nodes()
             self._handles = {n.name: NetNS(n.netns) for n in self.plan.nodes.values()}
             self._make_switches()
@@ -328,7 +333,7 @@ class EmulatedNetwork:
                 if key in rec.get("links", {}):
                     object.__setattr__(w, attr, LinkShape(**rec["links"][key]))
         for d in rec.get("userspace", []):
-            point = uimp.Point(d["node"], d["ifname"], d["direction"], d["what"])
+            point = uimp.Point(d["node"], d["ifname"], d["what"])
             try:
                 net.userspace.append(uimp.attach(naming.netns_name(point.node), point))
             except Exception as e:
@@ -471,9 +476,13 @@ class EmulatedNetwork:
             if node.cpu is not None:
                 cgroups.limit(node.name, h.pid, node.cpu)
             # one shell round trip per node for the sysctls netlink cannot reach
+            # IPv6 off: the testbed speaks IPv4 only, and IPv6's own chatter (router solicitations,
+            # MLD, DAD) would cross the shaped links, count in their bytes and consume the impairment's
+            # random draws at times that differ from trial to trial.
             cmds = [f"net.ipv4.tcp_rmem='{TCP_MEM}'", f"net.ipv4.tcp_wmem='{TCP_MEM}'",
                     "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0",
-                    "net.ipv4.tcp_slow_start_after_idle=0"]
+                    "net.ipv4.tcp_slow_start_after_idle=0",
+                    "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"]
             if node.role == "router":
                 cmds.append("net.ipv4.ip_forward=1")
             h.cmd("sysctl -qw " + " ".join(cmds))
@@ -503,9 +512,11 @@ class EmulatedNetwork:
             h = NetNS(sw.netns)
             self._sw_handles[sw.netns] = h
             h.link("set", index=h.link_lookup(ifname="lo")[0], state="up")
+            holds = self.impairment is not None and self.impairment.backend == "userspace" and \
+                sw.lan_impairment is not None
+            switch_sysctls(sw.netns, bridged_to_iptables=holds)
             h.link("add", ifname=sw.bridge, kind="bridge")
             h.link("set", index=h.link_lookup(ifname=sw.bridge)[0], state="up")
-            bridge_netfilter_off(sw.netns)
 
     def _wire(self) -> None:
         from mininet.link import Intf
@@ -583,7 +594,7 @@ class EmulatedNetwork:
         """netem's PRNG seed for one qdisc (None without a network seed: netem's default behaviour)."""
         if self.seed is None:
             return None
-        return uimp.seed_for(self.seed, f"{node}.{ifname}.egress")
+        return uimp.seed_for(self.seed, f"{node}.{ifname}")
 
     def _shape(self) -> None:
         """Shape every interface; start the userspace daemons (in parallel: each waits for its rules)."""
@@ -601,11 +612,14 @@ class EmulatedNetwork:
                                seed=self._qdisc_seed(node.name, ifc.name) if use_netem else None)
                     if backend == "userspace" and ifc.egress.needs_netem:
                         what = self._wan_direction(node.name, ifc.name)
-                        points.append((uimp.Point(node.name, ifc.name, "egress", what), ifc.egress))
+                        points.append((uimp.Point(node.name, ifc.name, what), ifc.egress))
                     continue
                 self._shape_lan(node, ifc, h, backend)
-                if backend == "userspace" and ifc.lan_impairment is not None:
-                    points.append((uimp.Point(node.name, ifc.name, "ingress", f"lan:{node.dc}"), ifc.lan_impairment))
+        if backend == "userspace":  # a LAN's delay/jitter/loss: held in its switch, once per bridged frame
+            for sw in self.plan.switches:
+                if sw.lan_impairment is not None and sw.netns is not None:
+                    points.append((uimp.Point(naming.switch_name(sw.dc), sw.bridge, f"lan:{sw.dc}"),
+                                   sw.lan_impairment))
         if points:
             with ThreadPoolExecutor(max_workers=min(8, len(points))) as pool:
                 futures = [pool.submit(uimp.start, naming.netns_name(p.node), p, shape, self.seed)
@@ -648,11 +662,11 @@ class EmulatedNetwork:
         if backend != "userspace":
             return
         for imp in self.userspace:
-            if imp.point.node == node and imp.ifname == ifname and imp.point.direction == "egress":
+            if imp.point.node == node and imp.ifname == ifname:
                 uimp.change(imp, new)
                 return
         if new.needs_netem:  # the link's first delay/jitter/loss: its daemon starts now
-            imp = uimp.start(self.netns(node), uimp.Point(node, ifname, "egress", what), new, self.seed)
+            imp = uimp.start(self.netns(node), uimp.Point(node, ifname, what), new, self.seed)
             self.userspace.append(imp)
             if self._watchdog is not None:
                 self._watchdog.add(imp)
@@ -677,8 +691,7 @@ class EmulatedNetwork:
         return out
 
     def _userspace_record(self) -> list[dict[str, Any]]:
-        return [{"node": imp.point.node, "ifname": imp.ifname, "direction": imp.point.direction,
-                 "what": imp.point.what, "state_dir": str(imp.point.state_dir)} for imp in self.userspace]
+        return [{"node": imp.point.node, "ifname": imp.ifname, "what": imp.point.what, "state_dir": str(imp.point.state_dir)} for imp in self.userspace]
 
     def _save_links(self) -> None:
         links = self._links_record()
@@ -734,16 +747,19 @@ def owned_env(node: str, env: dict[str, str] | None = None) -> dict[str, str]:
     return out
 
 
-def bridge_netfilter_off(ns_name: str) -> None:
-    """Bridged frames in the switch namespace skip iptables (``bridge-nf-call-*`` are per namespace).
+def switch_sysctls(ns_name: str, bridged_to_iptables: bool = False) -> None:
+    """A switch namespace: IPv6 off (a bridge needs no addresses); bridged frames to iptables or not.
 
-    Nothing in that namespace filters them anyway (its tables are empty); this
-    saves each frame the trip through netfilter.  No-op where br_netfilter is
-    not loaded (the files do not exist then).
+    ``bridge-nf-call-*`` are per namespace (Linux >= 5.3), so this leaves the
+    root namespace's values alone.  Off by default: nothing in the switch's
+    namespace filters frames (its tables are empty), and skipping netfilter
+    saves each frame the trip.  On (IPv4) where the userspace backend holds a
+    LAN's frames in this switch.  The bridge keys exist only where
+    br_netfilter is loaded.
     """
-    keys = [k for k in ("bridge-nf-call-iptables", "bridge-nf-call-ip6tables", "bridge-nf-call-arptables")
-            if os.path.exists(f"/proc/sys/net/bridge/{k}")]
-    if not keys:
-        return
-    subprocess.run(["ip", "netns", "exec", ns_name, "sysctl", "-qw", *[f"net.bridge.{k}=0" for k in keys]],
+    keys = ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"]
+    values = {"bridge-nf-call-iptables": int(bridged_to_iptables), "bridge-nf-call-ip6tables": 0,
+              "bridge-nf-call-arptables": 0}
+    keys += [f"net.bridge.{k}={v}" for k, v in values.items() if os.path.exists(f"/proc/sys/net/bridge/{k}")]
+    subprocess.run(["ip", "netns", "exec", ns_name, "sysctl", "-qw", *keys],
                    check=False, capture_output=True, timeout=10)

@@ -2,12 +2,20 @@
 
 Used where the kernel has no ``sch_netem``: each impaired WAN egress gets an
 NFQUEUE daemon in its router's namespace (delay/jitter/loss), while the rate
-stays HTB's; a DC whose LAN has delay/jitter/loss gets one on the ingress of
-every node's LAN interface (see ``addressing.lan_shapes``).
+stays HTB's; a DC whose LAN has delay/jitter/loss gets one on its switch: the
+frames the bridge forwards reach iptables through bridge netfilter
+(``br_netfilter``, ``bridge-nf-call-iptables=1`` in the switch's namespace
+only) and are held there, once per delivery across the LAN (see
+``addressing.lan_shapes``).  Why the switch and not the nodes: on the
+sending node a held packet stays charged to its TCP socket, and TCP Small
+Queues then throttles the flow; on the receiving node the kernel's receive
+timestamp (what ``ping`` reports) is taken before the hold, so ping would
+not show it.  At the switch the packet has left its sender and not yet
+reached its receiver, as on a real LAN.
 
 The daemons belong to the *network*, not to the command that built it: they
 are started detached (own session, no parent watch), keep their state under
-``/run/geo-testbed/impair/<node>.<ifname>.<direction>/`` and live until
+``/run/geo-testbed/impair/<node>.<ifname>/`` and live until
 ``testbed net down`` / ``testbed clean`` removes the network.  Any process
 can attach to them (``testbed net show``, ``net set``, a trial).  If one
 dies, its link fails closed (the kernel drops what the rule steers to the
@@ -32,16 +40,15 @@ IMPAIR_DIR = Path(naming.STATE_DIR) / "impair"
 
 @dataclass(frozen=True)
 class Point:
-    """Where one daemon sits: a node's interface, a direction, and the spec element it realises."""
+    """Where one daemon sits: the egress of an interface of a node (a router, or a DC switch)."""
 
-    node: str
+    node: str  # its namespace is tb-<node>
     ifname: str
-    direction: str  # egress | ingress
     what: str  # "a->b" (a WAN direction) or "lan:<dc>"
 
     @property
     def key(self) -> str:
-        return f"{self.node}.{self.ifname}.{self.direction}"
+        return f"{self.node}.{self.ifname}"
 
     @property
     def state_dir(self) -> Path:
@@ -66,10 +73,14 @@ def to_impairment_shape(shape: LinkShape, seed: int = 0) -> Any:
 
 def start(netns: str, point: Point, shape: LinkShape, seed: int | None) -> Any:
     """Start a detached daemon at ``point`` (it outlives this process)."""
-    from traffic_control.userspace import UserspaceImpairment
+    from traffic_control.errors import TrafficControlError
+    from traffic_control.userspace import DaemonError, UserspaceImpairment
 
-    imp = UserspaceImpairment.start(netns, point.ifname, to_impairment_shape(shape, seed_for(seed, point.key)),
-                                    state_dir=point.state_dir, direction=point.direction, detach=True)
+    try:
+        imp = UserspaceImpairment.start(netns, point.ifname, to_impairment_shape(shape, seed_for(seed, point.key)),
+                                        state_dir=point.state_dir, detach=True)
+    except DaemonError as e:
+        raise TrafficControlError(f"{point.node}:{point.ifname} ({point.what}): {e}") from None
     _label(imp, point)
     return imp
 
@@ -89,8 +100,14 @@ def _label(imp: Any, point: Point) -> None:
 
 
 def change(imp: Any, shape: LinkShape) -> None:
-    """Give a running daemon a new shape (its seed is kept)."""
-    imp.change(to_impairment_shape(shape, seed=imp.shape.seed))
+    """Give a running daemon a new shape (its seed is kept); a dead or hung one is an error, never ignored."""
+    from traffic_control.errors import TrafficControlError
+    from traffic_control.userspace import DaemonError
+
+    try:
+        imp.change(to_impairment_shape(shape, seed=imp.shape.seed))
+    except DaemonError as e:
+        raise TrafficControlError(f"{imp.point.node}:{imp.ifname} ({imp.point.what}): {e}") from None
 
 
 def health_report(imps: list[Any]) -> list[dict[str, Any]]:
@@ -99,7 +116,7 @@ def health_report(imps: list[Any]) -> list[dict[str, Any]]:
     for imp in imps:
         h = imp.health()
         p = imp.point
-        out.append({"node": p.node, "ifname": p.ifname, "direction": p.direction, "realises": p.what,
+        out.append({"node": p.node, "ifname": p.ifname, "realises": p.what,
                     "alive": h.alive, "state": h.state, "reason": h.reason, "pid": imp.pid,
                     "heartbeat_age_s": h.age_s, "shape": imp.shape.to_dict(),
                     "stats": {k: h.stats.get(k) for k in ("received", "released", "lost", "held",
@@ -120,3 +137,16 @@ def watch(net: Any) -> Any:
                 "(its link now drops traffic: fail closed)")
 
     return Watchdog(net.userspace, on_death).start()
+
+
+BRIDGE_NF = "/proc/sys/net/bridge/bridge-nf-call-iptables"
+BRIDGE_NF_FIX = ("`modprobe br_netfilter` (it makes the host's own bridges' frames pass through iptables too, "
+                 "which Docker hosts already have; the testbed itself never changes the host's settings), or "
+                 "the netem backend (`testbed lab -- ...` on this machine), or no LAN delay/jitter/loss")
+
+
+def bridge_netfilter_loaded() -> bool:
+    """Whether bridged frames can reach iptables (and so a queue) at all: the br_netfilter module."""
+    import os
+
+    return os.path.exists(BRIDGE_NF)

@@ -80,3 +80,15 @@ def update(fn: Callable[[dict[str, Any]], None]) -> dict[str, Any] | None:
         fn(data)
         _write(data)
         return data
+
+
+def remove_stale() -> None:
+    """Remove the record (and the daemons' state dirs) of a network that is no longer up.
+
+    Only called when no ``tb-*`` namespace exists, i.e. nothing can still use it.
+    """
+    import shutil
+
+    d = state_dir()
+    if d.exists():
+        shutil.rmtree(d, ignore_errors=True)

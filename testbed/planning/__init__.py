@@ -15,8 +15,13 @@ solved with HiGHS.  The executor runs exactly that plan between DC leaders.
 * :mod:`.cli`       -- ``testbed blp-plan``
 
 This package imports torch only in :mod:`.executor` and :mod:`.bench`, so
-planning works where torch is absent.
+planning works where torch is absent; and scipy only when :func:`plan_blp`
+or :func:`auto_chunks` is first used, so that every ``testbed`` command does
+not pay scipy's import (a third of a second here, many seconds in the
+kernel lab's emulated CPU).
 """
+
+from typing import Any
 
 from .baselines import (
     SchemeCost,
@@ -27,9 +32,16 @@ from .baselines import (
     star_cost,
 )
 from .model import LinkLoad, Plan, PlanCost, Tree, evaluate, route_mismatches, validate_plan
-from .solver import auto_chunks, plan_blp
 
 __all__ = [
     "LinkLoad", "Plan", "PlanCost", "SchemeCost", "Tree", "auto_chunks", "baselines", "best_ring_cost",
     "evaluate", "hierarchical_cost", "plan_blp", "ring_cost", "route_mismatches", "star_cost", "validate_plan",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("auto_chunks", "plan_blp"):
+        from . import solver
+
+        return getattr(solver, name)
+    raise AttributeError(name)

@@ -26,7 +26,6 @@ from traffic_control.units import format_rate, parse_size
 
 from .baselines import SchemeCost, baselines
 from .model import Plan, cached_path, check_size, evaluate, route_mismatches, validate_plan
-from .solver import plan_blp
 
 
 def register(subparsers: Any) -> None:
@@ -74,6 +73,10 @@ def _run(args: argparse.Namespace) -> int:
         plan = Plan(plan.dcs, size, plan.trees, plan.chunks, plan.solver, evaluate(graph, plan.trees, size, path),
                     plan.notes + (f"checked against {topo.name}",))
     else:
+        from .solver import (
+            plan_blp,  # scipy: imported when a plan is solved, not by every `testbed` command
+        )
+
         plan = plan_blp(graph, size, chunks=args.chunks, mip=args.mip, path=path)
     validate_plan(plan, graph)
     base = baselines(graph, size, path=path)

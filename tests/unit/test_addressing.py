@@ -153,7 +153,8 @@ def test_lan_shape_rate_on_both_ends_delay_once():
         lan = n.ifaces[0]
         assert lan.egress.delay_s == 0.001 and lan.egress.loss_pct == 1 and lan.egress.rate_bps == 1e9
         assert lan.port_egress.rate_bps == 1e9 and not lan.port_egress.needs_netem
-        assert lan.lan_impairment.delay_s == 0.001
-    assert all(n.ifaces[0].egress is None and n.ifaces[0].lan_impairment is None for n in plan.hosts("b", role=None))
+    sw = {s.dc: s for s in plan.switches}
+    assert sw["a"].lan_impairment.delay_s == 0.001 and sw["b"].lan_impairment is None  # userspace: held in the switch
+    assert all(n.ifaces[0].egress is None for n in plan.hosts("b", role=None))
     assert t.expected_rtt("a", "a") == pytest.approx(0.002)
     assert t.expected_rtt("a", "b") == pytest.approx(0.002)  # a's LAN once each way, b's LAN has none

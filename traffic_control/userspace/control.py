@@ -100,14 +100,13 @@ class UserspaceImpairment:
 
     def __init__(self, netns: Netns, ifname: str, state_dir: Path, proc: subprocess.Popen[bytes] | None,
                  shape: ImpairmentShape, own_state_dir: bool, *, pid: int | None = None,
-                 direction: str = "egress", generation: int = 0) -> None:
+                 generation: int = 0) -> None:
         self.netns = netns
         self.ifname = ifname
         self.state_dir = state_dir
         self.proc = proc
         self._pid = proc.pid if proc is not None else pid
         self.shape = shape
-        self.direction = direction
         self.generation = generation
         self._own_state_dir = own_state_dir
         self._stopped = False
@@ -117,17 +116,14 @@ class UserspaceImpairment:
     @classmethod
     def start(cls, netns: Netns, ifname: str, shape: ImpairmentShape | Any, queue_num: int | None = None,
               *, state_dir: str | os.PathLike[str] | None = None, mechanism: str = "netlink",
-              python: str | None = None, ready_timeout_s: float = 10.0, direction: str = "egress",
-              detach: bool = False, env: dict[str, str] | None = None,
+              python: str | None = None, ready_timeout_s: float = 10.0, detach: bool = False, env: dict[str, str] | None = None,
               extra_args: Sequence[str] = ()) -> UserspaceImpairment:
         """Start the daemon for ``ifname`` in ``netns``; returns once its rules are in place.
 
         ``shape``: an :class:`ImpairmentShape` or anything with the same
         attribute names (``from_any``).  ``queue_num``: the NFQUEUE number,
         unique per namespace; default the interface's ifindex (unique there
-        by construction; ingress adds an offset).  ``direction``: ``egress``
-        (packets leaving ``ifname``) or ``ingress`` (packets arriving on it).
-        ``detach``: the daemon gets its own session and lives on after this
+        by construction).  ``detach``: the daemon gets its own session and lives on after this
         process exits (control it later with :meth:`attach`); otherwise it
         stops, orderly, when this process goes away.  Raises
         :class:`DaemonError` with the daemon's output if it is not running
@@ -135,8 +131,6 @@ class UserspaceImpairment:
         """
         shape = ImpairmentShape.from_any(shape)
         check_ifname(ifname)
-        if direction not in rules.CHAINS:
-            raise ValidationError("direction", f"unknown direction {direction!r}", "use egress or ingress")
         own = state_dir is None
         sdir = Path(tempfile.mkdtemp(prefix=f"tc-userspace-{ifname}-")) if own else Path(state_dir)
         sdir.mkdir(parents=True, exist_ok=True)
@@ -144,8 +138,7 @@ class UserspaceImpairment:
             (sdir / stale).unlink(missing_ok=True)
         write_json_atomic(sdir / SHAPE_FILE, {"generation": 0, "shape": shape.to_dict()})
         argv = [*netns_prefix(netns), python or sys.executable, "-m", "traffic_control.userspace", "run",
-                "--ifname", ifname, "--state-dir", str(sdir), "--direction", direction,
-                "--mechanism", mechanism, *extra_args]
+                "--ifname", ifname, "--state-dir", str(sdir), "--mechanism", mechanism, *extra_args]
         if not detach:
             argv += ["--parent-pid", str(os.getpid())]
         if queue_num is not None:
@@ -157,7 +150,7 @@ class UserspaceImpairment:
             # started it (its terminal's process group) must not end the network's impairment.
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     env=env, close_fds=True, start_new_session=detach)
-        imp = cls(netns, ifname, sdir, proc, shape, own, direction=direction)
+        imp = cls(netns, ifname, sdir, proc, shape, own)
         deadline = time.monotonic() + ready_timeout_s
         while time.monotonic() < deadline:
             data = imp._read_health()
@@ -191,7 +184,7 @@ class UserspaceImpairment:
         except (OSError, ValueError, KeyError) as exc:
             raise DaemonError(f"no userspace impairment state in {sdir}: {exc}") from None
         return cls(netns, str(data["ifname"]), sdir, None, shape, False, pid=int(data["pid"]),
-                   direction=str(data.get("direction", "egress")), generation=generation)
+                   generation=generation)
 
     # ----------------------------------------------------------------- change
     def change(self, shape: ImpairmentShape | Any, timeout_s: float = 2.0) -> None:
@@ -285,7 +278,7 @@ class UserspaceImpairment:
         except OSError:
             pass
         self._terminate(timeout_s)
-        rules.remove(netns_prefix(self.netns), self.ifname, self.direction)
+        cleanup(self.netns, self.ifname)
         if self._own_state_dir:
             shutil.rmtree(self.state_dir, ignore_errors=True)
 

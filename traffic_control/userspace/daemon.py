@@ -67,10 +67,6 @@ HEALTH_FILE = "health.json"
 SHAPE_FILE = "shape.json"
 #: Written by the controller before SIGTERM to ask for an orderly stop (rules removed, packets released).
 STOP_FILE = "stop"
-DIRECTIONS = ("egress", "ingress")
-#: Default NFQUEUE number of an ingress daemon: the interface's index plus this, so that an
-#: egress and an ingress daemon on the same interface never share a queue.
-INGRESS_QUEUE_OFFSET = 32768
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -160,8 +156,7 @@ class Daemon:
         self.shape_path = self.state_dir / SHAPE_FILE
         self.generation, self.shape = read_shape_file(self.shape_path)
         self.ifname: str = opts.ifname
-        self.direction: str = opts.direction
-        self.queue_num: int = opts.queue if opts.queue is not None else default_queue(self.ifname, self.direction)
+        self.queue_num: int = opts.queue if opts.queue is not None else socket.if_nametoindex(self.ifname)
         self.queue: Any = None
         self.sched = Scheduler(self.shape)
         self.state = "starting"
@@ -197,7 +192,6 @@ class Daemon:
         return {"pid": os.getpid(), "state": self.state, "error": self.error, "time": time.time(),
                 "started": self.started, "ifname": self.ifname, "queue": self.queue_num,
                 "mechanism": self.opts.mechanism, "generation": self.generation, "sched": self.sched_policy,
-                "direction": self.direction,
                 "shape": self.shape.to_dict(), "stats": stats}
 
     def write_health(self) -> None:
@@ -238,13 +232,13 @@ class Daemon:
             # interface), fail before touching anyone's rules.
             self.queue = open_queue(opts.mechanism, self.queue_num, self.shape.limit,
                                     not opts.no_gso, not opts.no_batch, opts.rcvbuf or rcvbuf_for(self.shape.limit))
-            rules.remove(ifname=self.ifname, direction=self.direction)  # a crashed predecessor's rules
+            rules.remove(ifname=self.ifname)  # a crashed predecessor's rules
             try:
-                rules.install(self.ifname, self.queue_num, direction=self.direction)
+                rules.install(self.ifname, self.queue_num)
                 self.state = "running"
                 self.write_health()
             except BaseException:
-                rules.remove(ifname=self.ifname, direction=self.direction)  # never started: leave nothing behind
+                rules.remove(ifname=self.ifname)  # never started: leave nothing behind
                 raise
             orderly = self._loop(rfd)
         except Exception:
@@ -267,7 +261,7 @@ class Daemon:
             return 1
         self.state = "stopping"
         self._safe_health()
-        rules.remove(ifname=self.ifname, direction=self.direction)
+        rules.remove(ifname=self.ifname)
         released: list[int] = []
         self.sched.pop_all(released)
         self.queue.accept(released, False)
@@ -356,21 +350,11 @@ class Daemon:
         return self.stop_is_orderly()
 
 
-def default_queue(ifname: str, direction: str = "egress") -> int:
-    """The interface's index (unique in its namespace), offset for ingress."""
-    idx = socket.if_nametoindex(ifname)
-    return idx + INGRESS_QUEUE_OFFSET if direction == "ingress" else idx
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m traffic_control.userspace run",
                                 description="Hold an interface's egress packets in userspace (delay/jitter/loss).")
     p.add_argument("--ifname", required=True, help="egress interface in this network namespace")
-    p.add_argument("--direction", choices=DIRECTIONS, default="egress",
-                   help="egress: packets leaving IFNAME (mangle POSTROUTING -o); ingress: packets arriving "
-                        "on it (mangle PREROUTING -i)")
-    p.add_argument("--queue", type=int, default=None,
-                   help=f"NFQUEUE number (default: the ifindex; ingress: ifindex + {INGRESS_QUEUE_OFFSET})")
+    p.add_argument("--queue", type=int, default=None, help="NFQUEUE number (default: the ifindex)")
     p.add_argument("--state-dir", required=True, help=f"holds {SHAPE_FILE} (input) and {HEALTH_FILE} (output)")
     p.add_argument("--mechanism", choices=("netlink", "binding"), default="netlink")
     p.add_argument("--no-gso", action="store_true", help="let the kernel segment GSO packets (benchmark only)")

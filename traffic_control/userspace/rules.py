@@ -1,15 +1,8 @@
-"""The netfilter rules that steer an interface's traffic into a queue, and their cleanup.
+"""The netfilter rules that steer an interface's egress into a queue, and their cleanup.
 
-Egress rule: ``mangle POSTROUTING -o IFNAME -j NFQUEUE --queue-num N``;
-ingress rule: ``mangle PREROUTING -i IFNAME -j NFQUEUE --queue-num N``; for
-IPv4 and IPv6, tagged with a comment marker so cleanup finds every rule this
-backend installed, and nothing else, even after the daemon was SIGKILLed.
-
-Ingress is what the network builder uses for LAN impairments: a packet a
-host's own TCP sends stays charged to its socket while it is held in a
-queue, so TCP Small Queues would throttle a locally sending flow held on its
-own host's egress; a packet that arrives from the LAN has left its sender's
-namespace (the veth crossing orphans it), so holding it there is harmless.
+Rule: ``mangle POSTROUTING -o IFNAME -j NFQUEUE --queue-num N`` for IPv4 and
+IPv6, tagged with a comment marker so cleanup finds every rule this backend
+installed, and nothing else, even after the daemon was SIGKILLed.
 
 Decisions, and why:
 
@@ -42,13 +35,9 @@ class RuleError(RuntimeError):
     """iptables refused a rule (message carries its stderr)."""
 
 
-#: direction -> (chain, interface match option)
-CHAINS = {"egress": ("POSTROUTING", "-o"), "ingress": ("PREROUTING", "-i")}
-
-
-def marker(ifname: str, queue: int, direction: str = "egress") -> str:
-    """The comment that tags this backend's rule for one interface and direction."""
-    return f"{MARKER}:{ifname}:q{queue}" + (":in" if direction == "ingress" else "")
+def marker(ifname: str, queue: int) -> str:
+    """The comment that tags this backend's rule for one interface."""
+    return f"{MARKER}:{ifname}:q{queue}"
 
 
 def _run(argv: Sequence[str], prefix: Sequence[str]) -> subprocess.CompletedProcess[str]:
@@ -59,8 +48,8 @@ def _available(tool: str) -> bool:
     return shutil.which(tool) is not None
 
 
-def install(ifname: str, queue: int, prefix: Sequence[str] = (), direction: str = "egress") -> None:
-    """Steer ``ifname``'s egress or ingress (IPv4 and, where present, IPv6) into NFQUEUE ``queue``.
+def install(ifname: str, queue: int, prefix: Sequence[str] = ()) -> None:
+    """Steer ``ifname``'s egress (IPv4 and, where present, IPv6) into NFQUEUE ``queue``.
 
     Fails closed by construction (no ``--queue-bypass``).  IPv4 is required;
     IPv6 is best effort, since some kernels and containers lack it.
@@ -70,18 +59,16 @@ def install(ifname: str, queue: int, prefix: Sequence[str] = (), direction: str 
             if index == 0:
                 raise RuleError(f"{tool} not found: install the iptables package")
             continue
-        chain, match = CHAINS[direction]
-        argv = [tool, "-w", "-t", "mangle", "-A", chain, match, ifname,
-                "-m", "comment", "--comment", marker(ifname, queue, direction),
+        argv = [tool, "-w", "-t", "mangle", "-A", "POSTROUTING", "-o", ifname,
+                "-m", "comment", "--comment", marker(ifname, queue),
                 "-j", "NFQUEUE", "--queue-num", str(queue)]
         result = _run(argv, prefix)
         if result.returncode != 0 and index == 0:
             raise RuleError(f"{' '.join(argv)}: {result.stderr.strip()}")
 
 
-def list_rules(prefix: Sequence[str] = (), ifname: str | None = None,
-               direction: str | None = None) -> list[tuple[str, list[str]]]:
-    """``(tool, rule arguments)`` of every marked rule, optionally only for ``ifname`` (and one direction)."""
+def list_rules(prefix: Sequence[str] = (), ifname: str | None = None) -> list[tuple[str, list[str]]]:
+    """``(tool, rule arguments)`` of every marked rule, optionally only for ``ifname``."""
     found: list[tuple[str, list[str]]] = []
     want = f"{MARKER}:{ifname}:" if ifname else f"{MARKER}:"
     for tool, save in TOOLS:
@@ -95,22 +82,19 @@ def list_rules(prefix: Sequence[str] = (), ifname: str | None = None,
                 continue
             args = shlex.split(line)
             comment = args[args.index("--comment") + 1] if "--comment" in args else ""
-            if not comment.startswith(want):
-                continue
-            if direction is not None and comment.endswith(":in") != (direction == "ingress"):
-                continue
-            found.append((tool, args[1:]))
+            if comment.startswith(want):
+                found.append((tool, args[1:]))
     return found
 
 
-def remove(prefix: Sequence[str] = (), ifname: str | None = None, direction: str | None = None) -> int:
-    """Delete every marked rule (all interfaces, or one, optionally one direction); returns how many went.
+def remove(prefix: Sequence[str] = (), ifname: str | None = None) -> int:
+    """Delete every marked rule (all interfaces, or one); returns how many went.
 
     Idempotent and independent of any process state: it reads the rules back
     from the kernel, so it works after a crash of the daemon or its parent.
     """
     removed = 0
-    for tool, args in list_rules(prefix, ifname, direction):
+    for tool, args in list_rules(prefix, ifname):
         result = _run([tool, "-w", "-t", "mangle", "-D", *args], prefix)
         if result.returncode == 0:
             removed += 1
