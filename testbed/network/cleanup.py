@@ -2,9 +2,14 @@
 
 Works from the system's state alone (no state file needed), so it also
 cleans up after a builder killed with SIGKILL half-way: processes whose
-environment carries ``TESTBED_OWNER=tb``, named namespaces ``tb-*``, root
-namespace links ``tb-*`` (bridges and their ports), cgroups ``tb-*``, probe
-namespaces, userspace-impairment rules, and the state directory.
+environment carries ``TESTBED_OWNER=tb`` or that live in a ``tb-*``
+namespace (trainers, the detached userspace-impairment daemons, anything
+started with ``net exec`` or ``ip netns exec``), named namespaces ``tb-*``
+(nodes, DC switches ``tb-<dc>-sw``, ``net verify``'s probe endpoints
+``tb-<dc>-vp``; their links, bridges and rules go with them), root-namespace
+links ``tb-*`` (OVS switches only), cgroups ``tb-*``, capability-probe
+namespaces, userspace-impairment rules in the root namespace (library use),
+and the state directory.  The root namespace's firewall is never touched.
 """
 
 from __future__ import annotations

@@ -93,3 +93,44 @@ def test_crashing_worker_fails_the_trial_and_keeps_records(tmp_path: Path) -> No
     assert list((t.dir / "events").glob("*.jsonl")), "records kept"
     assert (t.dir / "logs" / "b-h1.worker.1.log").read_text()
     assert leftovers() == {}, "network torn down"
+
+
+def test_a_schedule_event_that_cannot_be_applied_fails_the_trial(tmp_path: Path) -> None:
+    """Fault injected for real: the WAN link's interfaces vanish before a schedule event changes it.
+
+    The event cannot be applied; the trial must end failed with the schedule's error named, not
+    run on with a network that no longer matches its spec (before the fix a schedule error was
+    only written to the manifest).
+    """
+    import subprocess
+    import threading
+    import time
+
+    sched = tmp_path / "s.csv"
+    sched.write_text("time,link,rate,delay,jitter,loss,state\n3,a->b,20Mbit,,,,\n")
+    raw = _spec([{"label": "bsp", "scheme": {"name": "bsp"}}], stop={"steps": 100000})
+    raw.update(schedule=str(sched), timeout="90s")
+    spec = parse_experiment(raw)
+    state = Path("/run/geo-testbed/net.json")
+    done: list[float] = []
+
+    def remove_the_link() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not state.exists():
+            time.sleep(0.02)
+        subprocess.run(["ip", "netns", "exec", "tb-a-r", "ip", "link", "del", "w-b"], check=True)
+        done.append(time.monotonic())
+
+    t = threading.Thread(target=remove_the_link, daemon=True)
+    t.start()
+    res = run_experiment(spec, run_dir=tmp_path / "run", report=False)
+    t.join(timeout=1)
+    assert done, "the link was never removed"
+    (trial,) = res.trials
+    print(f"MEASURED trial end after a failed schedule event: {trial.wall_s:.1f} s, {trial.reason}")
+    assert trial.status == "failed", trial.reason
+    assert "link schedule: t=3s a->b" in trial.reason
+    m = json.loads((trial.dir / "manifest.json").read_text())
+    assert m["status"] == "failed" and m["schedule"]["errors"]
+    assert trial.wall_s < 60, "stopped on the fault, not at the timeout"
+    assert leftovers() == {}, "network torn down"

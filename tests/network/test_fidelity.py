@@ -314,3 +314,20 @@ def test_userspace_loss_pattern_repeats_with_the_seed_and_changes_with_it():
     assert 150 <= len(first) <= 270  # ~30 % lost
     assert first == again, "the same seed gave a different loss pattern"
     assert first != other, "a different seed gave the same loss pattern"
+
+
+def test_userspace_lan_delay_without_bridge_netfilter_is_refused_before_building(monkeypatch):
+    """Where br_netfilter is not loaded the userspace backend cannot hold a LAN's frames: said, not skipped."""
+    require_root_tools()
+    from testbed.network import impairment
+    from testbed.network.emulation import EmulatedNetwork
+    from traffic_control.errors import CapabilityMissing
+
+    assert not cleanup.owned_netns(), "a testbed network is already up"
+    monkeypatch.setattr(impairment, "bridge_netfilter_loaded", lambda: False)
+    topo = from_dict({"name": "lanbnf", "dcs": [{"name": "a", "hosts": 1, "lan": {"delay": "1ms"}},
+                                               {"name": "b", "hosts": 1}],
+                      "links": [{"a": "a", "b": "b", "rate": "10Mbit"}]})
+    with pytest.raises(CapabilityMissing, match="br_netfilter"):
+        EmulatedNetwork(topo, impairment="userspace").start()
+    assert cleanup.leftovers() == {}
