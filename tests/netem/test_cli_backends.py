@@ -179,7 +179,8 @@ def test_rate_only_link_takes_delay_and_loss_and_drops_them_again_in_place(up, t
     log = tmp_path / "stream.txt"
     with log.open("w") as fh:
         stream = subprocess.Popen(["ip", "netns", "exec", "tb-a-h1", "ping", "-n", "-i", "0.02", C1],
-                                  stdout=fh, stderr=subprocess.STDOUT, text=True)
+                                  stdout=fh, stderr=subprocess.STDOUT, text=True,
+                                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         time.sleep(1.0)
         r = run_cli("net", "set", "a", "c", "--delay", "15ms", timeout=120)
