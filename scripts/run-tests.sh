@@ -18,6 +18,23 @@ summary=()
 
 step() { printf '\n\033[1m== %s ==\033[0m\n' "$*"; }
 
+step "0/3 no testbed objects left on this machine"
+# The suite builds networks under the tb-* names, so anything left by an earlier crash (a
+# network left up, a killed run) would fail every network test with "already up".  It is
+# listed and removed first; TESTBED_KEEP_LEFTOVERS=1 refuses to run instead.
+left=$("$PY" -c 'import json; from testbed.network.cleanup import leftovers; l = {k: v for k, v in leftovers().items() if v}; print(json.dumps(l) if l else "")' 2>&1) || left="(cannot list: $left)"
+if [ -n "$left" ]; then
+  echo "testbed objects from an earlier run are on this machine: $left"
+  if [ "${TESTBED_KEEP_LEFTOVERS:-0}" = 1 ]; then
+    echo "TESTBED_KEEP_LEFTOVERS=1: not removing them; run \`testbed clean\` (or \`testbed net down\`) first"
+    exit 2
+  fi
+  echo "removing them with \`testbed clean\` (set TESTBED_KEEP_LEFTOVERS=1 to refuse instead)"
+  "$PY" -m testbed.cli clean || { echo "testbed clean failed"; exit 1; }
+else
+  echo "none"
+fi
+
 step "1/3 all tests, natively"
 # netem-marked tests run here once per impairment backend that this kernel can use:
 # netem where it has sch_netem, the userspace (NFQUEUE) backend everywhere.

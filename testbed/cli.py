@@ -42,8 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:  # Ctrl-C while the subcommands load: nothing was started yet
+        print("interrupted", file=sys.stderr)
+        return 130
     try:
         return int(args.func(args) or 0)
     except ValidationError as e:
@@ -56,13 +60,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except RuntimeError as e:
-        from testbed.network.emulation import NetworkBusy, NotUp
+        from testbed.network.emulation import NetworkBusy, NetworkError, NotUp
         from traffic_control.errors import TrafficControlError
 
         if isinstance(e, NetworkBusy):
             print(f"error: {e}", file=sys.stderr)
             return 2
-        if isinstance(e, (NotUp, TrafficControlError)):
+        if isinstance(e, (NotUp, NetworkError, TrafficControlError)):
             print(f"error: {e}", file=sys.stderr)
             return 1
         raise

@@ -26,6 +26,9 @@ from traffic_control.shape import SHAPE_KEYS, LinkShape, parse_shape_fields
 #: Longest DC name: ``tb-<dc>-<port>`` (bridge port names) must fit in 15 bytes.
 MAX_DC_NAME = 8
 MAX_HOSTS_PER_DC = 64
+#: Address plan limits (testbed.network.addressing): DC i owns 10.i.0.0/24, link k 10.255.k.0/30.
+MAX_DCS = 250
+MAX_LINKS = 250
 _NAME_RE = re.compile(r"[a-z][a-z0-9]*")
 
 DEFAULT_LAN = LinkShape()  # unshaped unless the spec says otherwise
@@ -274,6 +277,9 @@ def from_dict(data: Any, source: str = "") -> Topology:
     if not isinstance(raw_dcs, list) or not raw_dcs:
         raise ValidationError("dcs", "a topology needs a non-empty list of data centers",
                               "write dcs: [{name: east, hosts: 2}, {name: west, hosts: 2}]")
+    if len(raw_dcs) > MAX_DCS:
+        raise ValidationError("dcs", f"{len(raw_dcs)} data centers; at most {MAX_DCS} are addressable "
+                              "(each DC's LAN is 10.<i>.0.0/24)", f"use at most {MAX_DCS} DCs")
     dcs: list[DataCenter] = []
     seen: set[str] = set()
     default_lan = defaults.get("lan")
@@ -306,6 +312,9 @@ def from_dict(data: Any, source: str = "") -> Topology:
     raw_links = data.get("links", [])
     if not isinstance(raw_links, list):
         raise ValidationError("links", "expected a list of links", "write links: [{a: east, b: west, rate: 1Gbit}]")
+    if len(raw_links) > MAX_LINKS:
+        raise ValidationError("links", f"{len(raw_links)} links; at most {MAX_LINKS} are addressable "
+                              "(each link is 10.255.<k>.0/30)", f"use at most {MAX_LINKS} links")
     if len(dcs) > 1 and not raw_links:
         raise ValidationError("links", f"{len(dcs)} data centers but no WAN links",
                               "join the DCs with links: [{a: ..., b: ..., rate: ..., delay: ...}]")
@@ -322,9 +331,9 @@ def from_dict(data: Any, source: str = "") -> Topology:
         for end in ("a", "b"):
             if end not in raw:
                 raise ValidationError(f"{f}.{end}", "missing link endpoint", "name the two DCs with a: and b:")
-            if raw[end] not in seen:
+            if not isinstance(raw[end], str) or raw[end] not in seen:
                 raise ValidationError(f"{f}.{end}", f"no data center named {raw[end]!r}",
-                                      f"use one of: {', '.join(sorted(seen))}")
+                                      f"name one DC by its name, one of: {', '.join(sorted(seen))}")
             ends.append(raw[end])
         a, b = ends
         if a == b:
@@ -362,7 +371,7 @@ def from_dict(data: Any, source: str = "") -> Topology:
                               "add links so that every DC can reach every other (directly or relayed)")
 
     ps = data.get("ps")
-    if ps is not None and ps not in seen:
+    if ps is not None and (not isinstance(ps, str) or ps not in seen):
         raise ValidationError("ps", f"no data center named {ps!r} for the parameter server",
                               f"use one of: {', '.join(sorted(seen))}")
 
@@ -374,7 +383,8 @@ def from_dict(data: Any, source: str = "") -> Topology:
         m = re.fullmatch(r"([a-z0-9]+)->([a-z0-9]+)", str(key))
         if not m or m.group(1) not in seen or m.group(2) not in seen:
             raise ValidationError(f, "route keys are 'SRC->DST' with existing DC names", "e.g. 'east->west'")
-        if not isinstance(path, list) or len(path) < 2 or path[0] != m.group(1) or path[-1] != m.group(2):
+        if not isinstance(path, list) or len(path) < 2 or not all(isinstance(x, str) for x in path) \
+                or path[0] != m.group(1) or path[-1] != m.group(2):
             raise ValidationError(f, "a route is the list of DCs from SRC to DST", f"e.g. [{m.group(1)}, ..., {m.group(2)}]")
         if len(set(path)) != len(path):
             raise ValidationError(f, "route visits a DC twice", "give a loop-free path")

@@ -35,6 +35,9 @@ NETEM_DEFAULT_LIMIT = 1000
 MIN_LIMIT_PKTS = 64
 #: Rate given to netem only to keep jittered packets in order (bytes/s, u32 max).
 NO_REORDER_NETEM_RATE_BPS = (2**32 - 1) * 8
+#: Longest delay + jitter a packet may be held (s).  netem's delay travels in 32-bit scheduler
+#: ticks (15.625 ticks per microsecond: at most about 274 s); the userspace backend holds at most 60 s.
+MAX_DELAY_S = 60.0
 #: Jitter distributions netem offers without a distribution table.
 JITTER_DISTRIBUTIONS = ("uniform",)
 
@@ -63,6 +66,12 @@ class LinkShape:
         def at(name: str) -> str:
             return f"{field}.{name}" if field else name
 
+        for name, key, example in (("delay_s", "delay", "'10ms'"), ("jitter_s", "jitter", "'1ms'"),
+                                   ("loss_pct", "loss", "'0.5%'"), ("burst_time_s", "burst_time", "'1ms'"),
+                                   ("headroom", "headroom", "2")):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValidationError(at(key), f"must be a finite number, got {value!r}", f"write e.g. {key}: {example}")
         if self.rate_bps is not None and not self.rate_bps > 0:
             raise ValidationError(at("rate"), f"rate must be positive, got {self.rate_bps}",
                                   "give e.g. '100Mbit', or omit rate for an unshaped link")
@@ -76,6 +85,10 @@ class LinkShape:
         if self.jitter_s > 0 and self.delay_s == 0:
             raise ValidationError(at("jitter"), "jitter without delay",
                                   "give a delay too (jitter varies the delay around its mean)")
+        if self.delay_s + self.jitter_s > MAX_DELAY_S:
+            raise ValidationError(at("delay"), f"delay + jitter {format_time(self.delay_s + self.jitter_s)} is more "
+                                  f"than {format_time(MAX_DELAY_S)}", "delays are one way, e.g. '20ms'; "
+                                  f"both backends hold a packet at most {format_time(MAX_DELAY_S)}")
         if self.jitter_s > self.delay_s:
             raise ValidationError(at("jitter"), f"jitter {format_time(self.jitter_s)} exceeds delay "
                                   f"{format_time(self.delay_s)}", "keep jitter <= delay")

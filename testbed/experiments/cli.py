@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from traffic_control.errors import ValidationError
+
 from .runner import run_experiment, summary_table
 from .spec import load_experiment
 
@@ -26,16 +28,38 @@ def _announce_netem(spec: Any) -> None:
              f"backend if it is available, else they are skipped (recorded). Fixes: {netem.fix}")
 
 
+def preflight(spec: Any) -> None:
+    """What would make every trial fail, found before the first is built (errors exit 2 with the fix)."""
+    import os
+
+    from ..network import cleanup
+    from ..network.emulation import NetworkBusy, check_preconditions
+
+    if os.geteuid() != 0:
+        raise PermissionError("running trials builds networks, which needs root: run with sudo")
+    busy = cleanup.owned_netns()
+    if busy:
+        raise NetworkBusy(f"a testbed network is already up ({len(busy)} namespaces, e.g. {busy[0]}); "
+                          "run `testbed net down` (or `testbed clean`) first")
+    check_preconditions(spec.topology, spec.impairment, spec.allow_missing_netem)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     spec = load_experiment(args.experiment)
     if args.results:
         spec.results_dir = args.results
-    if args.repetitions:
+    if args.repetitions is not None:
+        if args.repetitions < 1:
+            raise ValidationError("--repetitions", f"must be at least 1, got {args.repetitions}", "e.g. --repetitions 3")
         spec.repetitions = args.repetitions
+    preflight(spec)
     _announce_netem(spec)
     res = run_experiment(spec)
     print(summary_table(res))
     print(f"\nresults: {res.dir}")
+    if res.interrupted:
+        _say("interrupted (Ctrl-C): the finished trials and the stopped one's records are kept")
+        return 130
     if res.failed:
         _say("failed: " + ", ".join(f"{t.label}-r{t.rep} ({t.status}: {t.reason[:120]})" for t in res.failed))
         return 1
@@ -43,9 +67,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .sweep import run_sweep
+    from .sweep import SweepInterrupted, run_sweep
 
-    out = run_sweep(args.sweep, Path(args.out) if args.out else None, log=_say)
+    try:
+        out = run_sweep(args.sweep, Path(args.out) if args.out else None, log=_say, preflight=preflight)
+    except SweepInterrupted as e:
+        print(f"sweep results so far: {e.out}")
+        return 130
     print(f"sweep results: {out}")
     failed = []
     for d in (out / "points").glob("*/done.json"):

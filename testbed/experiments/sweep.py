@@ -132,11 +132,27 @@ def expand(sweep: dict[str, Any], source: str = "") -> tuple[str, list[tuple[dic
     return name, points
 
 
-def run_sweep(path: str | Path, out: Path | None = None, log: Any = print, limit: int | None = None) -> Path:
-    """Run (or resume) a sweep; ``limit`` stops after that many *new* points (for tests)."""
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped the sweep; finished points are kept (``out``), rerunning resumes."""
+
+    def __init__(self, out: Path) -> None:
+        super().__init__(str(out))
+        self.out = out
+
+
+def run_sweep(path: str | Path, out: Path | None = None, log: Any = print, limit: int | None = None,
+              preflight: Any = None) -> Path:
+    """Run (or resume) a sweep; ``limit`` stops after that many *new* points (for tests).
+
+    ``preflight(spec)`` is called for every point before the first runs (what would make its
+    trials fail: not root, no impairment backend...), so a bad machine stops the sweep at once.
+    """
     path = Path(path)
     sweep = read_mapping(path)
     name, points = expand(sweep, str(path))
+    if preflight is not None:
+        for _, exp in points:
+            preflight(parse_experiment(exp, source=str(path)))
     out = out or Path(sweep.get("results_dir", "results")) / name / "sweep"
     (out / "points").mkdir(parents=True, exist_ok=True)
     (out / "sweep.json").write_text(json.dumps({"spec": sweep, "points": [p for p, _ in points]}, indent=2,
@@ -159,7 +175,7 @@ def run_sweep(path: str | Path, out: Path | None = None, log: Any = print, limit
         ran += 1
         if res.interrupted:
             log("sweep interrupted; rerun the same command to resume")
-            return out
+            raise SweepInterrupted(out)
         (pdir / "done.json").write_text(json.dumps({"point": point, "finished": time.time(),
                                                     "failed": [f"{t.label}-r{t.rep}" for t in res.failed]},
                                                    default=str))

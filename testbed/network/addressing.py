@@ -14,13 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
 
-from topologies.model import Topology
+from topologies.model import MAX_DCS, MAX_LINKS, Topology
 from traffic_control.shape import LinkShape
 
 from . import naming
-
-MAX_DCS = 250
-MAX_LINKS = 250
 
 
 @dataclass(frozen=True)

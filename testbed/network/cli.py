@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from typing import Any
 
@@ -61,18 +62,31 @@ def cmd_up(args: argparse.Namespace) -> int:
         _print_dry_run(net)
         return 0
     net.start()
+    try:
+        status = _after_up(net, args, events)
+        if args.cli:
+            return status
+        net.stop_watching()
+        # From here `net up` has succeeded: a Ctrl-C that lands while the process exits
+        # must neither tear the reported network down nor die with a traceback.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except KeyboardInterrupt:  # before success was reported: nothing may stay behind
+        net.stop()
+        raise
+    _say("left running (its delays too, until `testbed net down`); run a command in a node with "
+         f"`testbed net exec {next(iter(net.plan.nodes))} -- CMD`; change a link with `testbed net set A B ...`")
+    return status
+
+
+def _after_up(net: EmulatedNetwork, args: argparse.Namespace, events: Any) -> int:
+    """Report the new network, then play its schedule or run the Mininet CLI (which tears it down)."""
     imp = net.impairment
     _say(f"network {net.topo.name} up in {net.timings['up_s']:.2f} s: {len(net.plan.nodes)} nodes, "
          f"{len(net.plan.wans)} WAN links, impairment: {imp.backend if imp else '?'}"
          + (f" ({len(net.userspace)} daemons)" if net.userspace else ""))
     if imp is not None and imp.backend == "netem" and imp.netem_seeded is False:
         _say(f"note: {imp.randomness}")
-    player = None
-    try:
-        player = net.play(events) if events else None
-    except BaseException:
-        net.stop()
-        raise
+    player = net.play(events) if events else None
     if args.cli:
         try:
             net.cli()
@@ -82,20 +96,16 @@ def cmd_up(args: argparse.Namespace) -> int:
             net.stop()
             _say("network torn down")
         return 0
-    status = 0
-    if player is not None:
-        _say(f"playing {len(events or [])} link events; Ctrl-C stops the schedule (the network stays up)")
-        try:
-            player.wait()
-        except KeyboardInterrupt:
-            player.stop()
-        for err in player.errors:
-            _say(f"schedule: {err}")
-        status = 1 if player.errors else 0
-    net.stop_watching()
-    _say("left running (its delays too, until `testbed net down`); run a command in a node with "
-         f"`testbed net exec {next(iter(net.plan.nodes))} -- CMD`; change a link with `testbed net set A B ...`")
-    return status
+    if player is None:
+        return 0
+    _say(f"playing {len(events or [])} link events; Ctrl-C stops the schedule (the network stays up)")
+    try:
+        player.wait()
+    except KeyboardInterrupt:
+        player.stop()
+    for err in player.errors:
+        _say(f"schedule: {err}")
+    return 1 if player.errors else 0
 
 
 def _print_dry_run(net: EmulatedNetwork) -> None:

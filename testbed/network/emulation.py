@@ -35,6 +35,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,7 +69,25 @@ def _mininet() -> Any:
     setLogLevel(os.environ.get("TESTBED_MININET_LOG", "error"))
 
     class TestbedHost(Host):  # type: ignore[misc, valid-type]
-        """A Mininet host whose processes carry the testbed's owner mark and run in its cgroup."""
+        """A Mininet host whose processes carry the testbed's owner mark and run in its cgroup,
+        and whose shell cannot hang the builder by dying while it starts.
+
+        Mininet keeps its own copy of the shell's pty slave open, so when the shell
+        dies at start (e.g. ``mnexec -n`` failing: "remount: Invalid argument") the
+        read that waits for its first prompt blocks forever.  This host closes that
+        copy as soon as the shell runs: a dead shell then reads as an I/O error, which
+        becomes a :class:`NodeStartError` naming the node and what it printed.
+        """
+
+        #: shells being started, by node name (the builder kills one that takes too long)
+        shells: dict[str, Any] = {}
+
+        def startShell(self, mnopts: Any = None) -> None:
+            self._starting, self._seen = True, ""
+            try:
+                super().startShell(mnopts)
+            finally:
+                self._starting = False
 
         def _popen(self, cmd: list[str], **params: Any) -> Any:
             env = dict(params.pop("env", None) or os.environ)
@@ -77,9 +96,45 @@ def _mininet() -> Any:
             enter = cgroups.preexec(self.name)
             if enter is not None and "preexec_fn" not in params:
                 params["preexec_fn"] = enter
-            return super()._popen(cmd, env=env, **params)
+            p = super()._popen(cmd, env=env, **params)
+            if getattr(self, "_starting", False) and params.get("stdin") == getattr(self, "slave", None):
+                os.close(self.slave)  # the shell has its own copy now
+                self.slave = os.open(os.devnull, os.O_RDWR)  # what Mininet's cleanup will close
+                TestbedHost.shells[self.name] = p
+            return p
+
+        def read(self, size: int = 1024) -> str:
+            try:
+                out = super().read(size)
+            except OSError:
+                if not getattr(self, "_starting", False):
+                    raise
+                shell = TestbedHost.shells.get(self.name)
+                try:
+                    code = shell.wait(timeout=2) if shell is not None else None
+                except Exception:
+                    code = None
+                said = self._seen.replace(chr(127), "").strip()[-400:] or "nothing"
+                raise NodeStartError(f"node {self.name}: its shell ended while starting (exit status {code}); "
+                                     f"it printed: {said}") from None
+            if getattr(self, "_starting", False):
+                self._seen = (self._seen + out)[-2000:]
+            return out
 
     return Mininet, TestbedHost
+
+
+#: Seconds the nodes' shells may take to start, per batch of 8 started at once
+#: (``TESTBED_NODE_START_TIMEOUT``); a shell still silent then is killed and its node named.
+NODE_START_TIMEOUT_S = float(os.environ.get("TESTBED_NODE_START_TIMEOUT", "10"))
+
+
+class NetworkError(RuntimeError):
+    """Building the network failed (the message names the node or link, and the cause)."""
+
+
+class NodeStartError(NetworkError):
+    """A node's shell (its namespace) could not start."""
 
 
 @dataclass
@@ -153,6 +208,28 @@ def choose_impairment(topo: Topology, requested: str, allow_missing_netem: bool,
     raise CapabilityMissing("sch_netem", NETEM_FIX)
 
 
+def check_preconditions(topo: Topology, impairment: str, allow_missing_netem: bool) -> Impairment:
+    """Everything :meth:`EmulatedNetwork.start` would refuse before building, checked without building.
+
+    Raises :class:`CapabilityMissing` / :class:`ValidationError` (exit 2 with the fix); returns the
+    impairment backend the network would get.
+    """
+    imp = choose_impairment(topo, impairment, allow_missing_netem)
+    if topo.switch == "ovs":
+        from . import ovs as ovsctl
+
+        ovsctl.require()
+    _check_lan_impairment(topo, imp)
+    return imp
+
+
+def _check_lan_impairment(topo: Topology, imp: Impairment) -> None:
+    if imp.backend == "userspace" and any(dc.lan.needs_netem for dc in topo.dcs) \
+            and topo.switch != "ovs" and not uimp.bridge_netfilter_loaded():
+        raise CapabilityMissing("br_netfilter (the userspace backend holds a LAN's delayed frames in its "
+                                "switch, and bridged frames reach a queue only through it)", uimp.BRIDGE_NF_FIX)
+
+
 def _userspace_available() -> tuple[bool, str]:
     try:
         from traffic_control.userspace import available
@@ -218,10 +295,7 @@ class EmulatedNetwork:
             from . import ovs as ovsctl
 
             ovsctl.require()
-        if self.impairment.backend == "userspace" and any(sw.lan_impairment for sw in self.plan.switches) \
-                and not uimp.bridge_netfilter_loaded():
-            raise CapabilityMissing("br_netfilter (the userspace backend holds a LAN's delayed frames in its "
-                                    "switch, and bridged frames reach a queue only through it)", uimp.BRIDGE_NF_FIX)
+        _check_lan_impairment(self.topo, self.impairment)
         if self.impairment.skipped:
             self.log(f"WARNING: impairment backend {self.impairment.backend!r}; delay/jitter/loss are SKIPPED on: "
                      + "; ".join(self.impairment.skipped))
@@ -488,20 +562,36 @@ class EmulatedNetwork:
             h.cmd("sysctl -qw " + " ".join(cmds))
             return h
 
-        with ThreadPoolExecutor(max_workers=8) as pool:
+        workers = 8
+        deadline = time.monotonic() + NODE_START_TIMEOUT_S * max(1, -(-len(plans) // workers))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
             futures = [pool.submit(start_one, n) for n in plans]
             errors = []
             for node, fut in zip(plans, futures):
                 try:
-                    h = fut.result()
+                    h = fut.result(timeout=max(0.0, deadline - time.monotonic()))
+                except FuturesTimeout:
+                    # a shell that is alive but silent: kill it, so that its thread ends too
+                    shell = TestbedHost.shells.get(node.name)
+                    if shell is not None and shell.poll() is None:
+                        shell.kill()
+                    errors.append(f"node {node.name}: its shell did not start within {NODE_START_TIMEOUT_S:g} s "
+                                  "(TESTBED_NODE_START_TIMEOUT)")
+                    continue
+                except NodeStartError as e:
+                    errors.append(str(e))
+                    continue
                 except Exception as e:  # keep going: every started shell must be registered for cleanup
-                    errors.append(f"{node.name}: {e}")
+                    errors.append(f"node {node.name}: {type(e).__name__}: {e}")
                     continue
                 self.mn.hosts.append(h)
                 self.mn.nameToNode[node.name] = h
                 self.nodes[node.name] = h
+        for node in plans:
+            TestbedHost.shells.pop(node.name, None)
         if errors:
-            raise RuntimeError("starting nodes failed: " + "; ".join(errors))
+            raise NodeStartError("starting the nodes failed: " + "; ".join(errors)
+                                 + " (fix: `testbed doctor` checks namespaces and Mininet's mnexec)")
 
     def _make_switches(self) -> None:
         """One namespace per DC switch with its Linux bridge (OVS bridges live in the root namespace)."""

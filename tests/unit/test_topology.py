@@ -314,3 +314,25 @@ def test_pinned_route_that_routers_would_not_follow_is_rejected():
     spec["routes"]["b->c"] = ["b", "c"]  # the fix the error suggests
     t = from_dict(spec)
     assert t.path("a", "c") == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("spec,field", [
+    ({"name": "x", "dcs": ["a", "b"], "links": [{"a": {"x": 1}, "b": "b"}]}, "links[0].a"),
+    ({"name": "x", "dcs": ["a", "b"], "links": [{"a": "a", "b": ["b"]}]}, "links[0].b"),
+    ({"name": "x", "dcs": ["a", "b", "c"], "links": [{"a": "a", "b": "b"}, {"a": "b", "b": "c"}],
+      "routes": {"a->c": ["a", ["b"], "c"]}}, "routes['a->c']"),
+    ({"name": "x", "dcs": ["a", "b"], "links": [{"a": "a", "b": "b"}], "ps": ["a"]}, "ps"),
+    ({"name": "x", "dcs": [f"d{i}" for i in range(251)],
+      "links": [{"a": f"d{i}", "b": f"d{i + 1}"} for i in range(250)]}, "dcs"),
+    ({"name": "x", "dcs": ["a", "b"], "links": [{"a": "a", "b": "b", "delay": "300s"}]}, "links[0].delay"),
+    ({"name": "x", "dcs": ["a", "b"], "links": [{"a": "a", "b": "b", "delay": "50s", "jitter": "11s"}]},
+     "links[0].delay"),
+    ({"name": "x", "dcs": ["a", "b"], "links": [{"a": "a", "b": "b", "headroom": float("inf")}]},
+     "links[0].headroom"),
+    ({"name": "x", "dcs": ["a", "b"], "links": [{"a": "a", "b": "b", "burst_time": float("nan")}]},
+     "links[0].burst_time"),
+])
+def test_inputs_that_used_to_crash_are_errors_with_their_field(spec, field):
+    with pytest.raises(ValidationError) as e:
+        from_dict(spec)
+    assert e.value.field == field, str(e.value)
