@@ -22,6 +22,7 @@ import networkx as nx
 
 from traffic_control.errors import ValidationError, check_keys
 from traffic_control.shape import SHAPE_KEYS, LinkShape, parse_shape_fields
+from traffic_control.units import parse_size
 
 #: Longest DC name: ``tb-<dc>-<port>`` (bridge port names) must fit in 15 bytes.
 MAX_DC_NAME = 8
@@ -29,6 +30,8 @@ MAX_HOSTS_PER_DC = 64
 #: Address plan limits (testbed.network.addressing): DC i owns 10.i.0.0/24, link k 10.255.k.0/30.
 MAX_DCS = 250
 MAX_LINKS = 250
+#: bounds of a host's ``memory:`` limit (bytes)
+MIN_MEMORY, MAX_MEMORY = 16 * 2**20, 2**40
 _NAME_RE = re.compile(r"[a-z][a-z0-9]*")
 
 DEFAULT_LAN = LinkShape()  # unshaped unless the spec says otherwise
@@ -55,6 +58,7 @@ class DataCenter:
     lan: LinkShape = DEFAULT_LAN
     cpu: float | None = None  # CPU share per host, as a fraction of one core
     label: str = ""  # free text (region name), shown in reports
+    memory: int | None = None  # memory limit per host, bytes (its cgroup; past it the OOM killer acts)
 
     def host_names(self) -> list[str]:
         return [f"{self.name}-h{i}" for i in range(1, self.hosts + 1)]
@@ -217,6 +221,8 @@ class Topology:
                 e["cpu"] = dc.cpu
             if dc.label:
                 e["label"] = dc.label
+            if dc.memory is not None:
+                e["memory"] = f"{dc.memory // 2**20}MiB" if dc.memory % 2**20 == 0 else dc.memory
             dcs.append(e)
         d["dcs"] = dcs
 
@@ -242,8 +248,8 @@ class Topology:
 
 
 TOP_KEYS = ("name", "description", "scale", "switch", "defaults", "dcs", "links", "ps", "routes")
-DC_KEYS = ("name", "hosts", "lan", "cpu", "label")
-DEFAULT_KEYS = ("hosts", "lan", "wan", "cpu")
+DC_KEYS = ("name", "hosts", "lan", "cpu", "memory", "label")
+DEFAULT_KEYS = ("hosts", "lan", "wan", "cpu", "memory")
 
 
 _unknown = check_keys
@@ -303,10 +309,16 @@ def from_dict(data: Any, source: str = "") -> Topology:
         if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not 0 < cpu <= 64):
             raise ValidationError(f"{f}.cpu", f"cpu share must be a positive fraction of a core, got {cpu!r}",
                                   "e.g. cpu: 0.5 gives each host half a core")
+        memory = raw.get("memory", defaults.get("memory"))
+        if memory is not None:
+            memory = parse_size(memory, f"{f}.memory")
+            if not MIN_MEMORY <= memory <= MAX_MEMORY:
+                raise ValidationError(f"{f}.memory", f"memory limit per host must be in 16MiB..1TiB, got {memory} bytes",
+                                      "e.g. memory: 2GiB (a trainer with torch needs a few hundred MiB)")
         label = raw.get("label", "")
         if not isinstance(label, str):
             raise ValidationError(f"{f}.label", "label must be text", "e.g. label: 'us-east-1'")
-        dcs.append(DataCenter(nm, hosts, lan, None if cpu is None else float(cpu), label))
+        dcs.append(DataCenter(nm, hosts, lan, None if cpu is None else float(cpu), label, memory))
 
     # -------------------------------------------------------------- links
     raw_links = data.get("links", [])

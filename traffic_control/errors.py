@@ -33,12 +33,12 @@ class TrafficControlError(RuntimeError):
 
 
 class CapabilityMissing(TrafficControlError):
-    """A needed kernel feature (e.g. sch_netem) is absent; ``fix`` says how to get it."""
+    """A needed kernel feature or tool (sch_netem, iptables) is absent; ``fix`` says how to get it."""
 
     def __init__(self, feature: str, fix: str) -> None:
         self.feature = feature
         self.fix = fix
-        super().__init__(f"kernel lacks {feature} (fix: {fix})")
+        super().__init__(f"this machine lacks {feature} (fix: {fix})")
 
 
 def check_keys(data: dict, allowed: tuple[str, ...] | list[str], field: str = "") -> None:

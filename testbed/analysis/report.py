@@ -30,6 +30,7 @@ import pandas as pd
 from testbed.analysis import figures, tables
 from testbed.collect.records import classify_dir, read_json, run_dirs, trial_dirs
 from testbed.collect.trace import GZIP_THRESHOLD_BYTES, merge_trial
+from traffic_control.files import write_atomic
 
 
 @dataclass
@@ -320,7 +321,7 @@ def _report_tables(root: Path, kind: str, t: tables.Tables, manifests: list[dict
                             ["scheme"] + sweep_cols if not summary.empty else [])
     path = root / "summary.md"
     try:
-        path.write_text(text, encoding="utf-8")
+        write_atomic(path, text)
         rep.summary = path
         rep.outputs.append(path)
     except OSError as exc:

@@ -40,6 +40,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from traffic_control.files import write_atomic
+
 TC_H_ROOT = 0xFFFFFFFF
 DEFAULT_RATE_HZ = 10.0
 
@@ -534,7 +536,7 @@ class SamplerSet:
         if self.links is not None:
             stats["links"] = self.links.stop()
         with contextlib.suppress(OSError):
-            self.stats_path.write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
+            write_atomic(self.stats_path, json.dumps(stats, indent=2) + "\n")
         return stats
 
     def __enter__(self) -> SamplerSet:

@@ -8,13 +8,15 @@ report of what exists.
 
 from __future__ import annotations
 
-import json
+import errno
 import signal
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from traffic_control.files import write_json_atomic
 
 from .spec import ExperimentSpec
 from .trial import TrialResult, run_trial, versions
@@ -49,11 +51,21 @@ class Progress:
         print(msg, file=sys.stderr, flush=True)
 
 
+#: errors of the results' file system that end a run (every later trial would fail the same way)
+DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO}
+
+
+class RecordsUnwritable(RuntimeError):
+    """The results could not be written (disk full, read-only): the run or sweep stopped."""
+
+
 @dataclass
 class RunResult:
     dir: Path
     trials: list[TrialResult] = field(default_factory=list)
     interrupted: bool = False
+    #: why the results could not be written (disk full, read-only), which stopped the run
+    disk_error: str = ""
 
     @property
     def failed(self) -> list[TrialResult]:
@@ -95,8 +107,17 @@ def run_experiment(spec: ExperimentSpec, run_dir: Path | None = None, report: bo
                 break
             tdir = run_dir / "trials" / f"{scheme.label}-r{rep}"
             prog.log(f"trial {scheme.label} r{rep}: building {spec.topology.name} ...")
-            tr = run_trial(spec, scheme, rep, tdir, progress=prog.update, log=prog.log,
-                           stop_flag=lambda: interrupted["flag"])
+            try:
+                tr = run_trial(spec, scheme, rep, tdir, progress=prog.update, log=prog.log,
+                               stop_flag=lambda: interrupted["flag"])
+            except OSError as e:
+                if e.errno not in DISK_ERRNOS:
+                    raise
+                result.disk_error = (f"the results could not be written ({e.strerror}: {e.filename or run_dir}); "
+                                     f"trial {scheme.label} r{rep} is incomplete, the trials before it ({len(result.trials)}) "
+                                     "are intact; free space (or make the results directory writable) and rerun")
+                prog.log(f"error: {result.disk_error}")
+                break
             result.trials.append(tr)
             prog.done += 1
             prog.log(f"trial {scheme.label} r{rep}: {tr.status.upper()} in {tr.wall_s:.1f} s"
@@ -104,13 +125,29 @@ def run_experiment(spec: ExperimentSpec, run_dir: Path | None = None, report: bo
                      + (f"  last: step {tr.last.get('step')} loss {tr.last.get('loss')}" if tr.last else ""))
             manifest["trials"].append({"label": tr.label, "rep": tr.rep, "dir": str(tr.dir.relative_to(run_dir)),
                                        "status": tr.status, "reason": tr.reason, "wall_s": tr.wall_s})
-            (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
+            try:
+                write_json_atomic(run_dir / "manifest.json", manifest, indent=2)
+            except OSError as e:
+                if e.errno not in DISK_ERRNOS:
+                    raise
+                result.disk_error = (f"the run's manifest could not be written ({e.strerror}); the trials' own "
+                                     "records are intact; free space and rerun")
+                prog.log(f"error: {result.disk_error}")
+                break
     finally:
         signal.signal(signal.SIGINT, old)
         result.interrupted = interrupted["flag"]
         manifest["end"] = time.time()
         manifest["interrupted"] = result.interrupted
-        (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
+        if result.disk_error:
+            manifest["disk_error"] = result.disk_error
+        try:
+            write_json_atomic(run_dir / "manifest.json", manifest, indent=2)
+        except OSError as e:  # the previous manifest (one per finished trial) stays as it was
+            if e.errno not in DISK_ERRNOS:
+                raise
+            result.disk_error = result.disk_error or f"the run's manifest could not be written ({e.strerror})"
+            report = False
     if report:
         make_report(run_dir, prog.log)
     return result

@@ -9,6 +9,8 @@ allow_missing_netem: false
 repetitions: 1                  # trials per scheme, each on a fresh network
 seed: 1                         # repetition r uses seed + r
 timeout: 600s                   # per trial, then the trial is stopped and marked failed
+stall: 180s                     # a worker without progress this long (hung, SIGSTOPped, blocked on a dead
+                                # peer) stops the trial, marked failed, naming it
 training: {...}                 # base training section (workload, stop, optimizer, ...)
 schemes:                        # what to compare; each entry overrides `training`
   - bsp                         # shorthand for {label: bsp, scheme: {name: bsp}}
@@ -36,8 +38,11 @@ from traffic_control.units import parse_time
 from ..network.addressing import plan_network
 from ..network.emulation import IMPAIRMENTS
 
+#: a worker without progress this long (no span, and no CPU time before its first) fails its trial
+DEFAULT_STALL_S = 180.0
+
 KEYS = ("name", "description", "topology", "scale", "impairment", "allow_missing_netem", "repetitions", "seed",
-        "timeout", "training", "schemes", "collectors", "results_dir", "schedule")
+        "timeout", "stall", "training", "schemes", "collectors", "results_dir", "schedule")
 COLLECTOR_KEYS = ("rate_hz", "links", "procs", "trace")
 
 
@@ -70,6 +75,7 @@ class ExperimentSpec:
     results_dir: str = "results"
     raw: dict[str, Any] = field(default_factory=dict)
     schedule: list[Any] = field(default_factory=list)  # traffic_control.schedule.LinkEvent, played per trial
+    stall_s: float = 180.0  # a primary process without progress this long fails the trial (named)
 
     @property
     def spec_hash(self) -> str:
@@ -132,6 +138,10 @@ def parse_experiment(data: Any, source: str = "") -> ExperimentSpec:
     timeout = parse_time(data.get("timeout", "600s"), "timeout")
     if timeout <= 0:
         raise ValidationError("timeout", "must be positive", "e.g. timeout: 10min")
+    stall = parse_time(data.get("stall", f"{DEFAULT_STALL_S:g}s"), "stall")
+    if stall < 1:
+        raise ValidationError("stall", f"must be at least 1 s, got {stall:g} s",
+                              "e.g. stall: 3min (a worker without progress that long fails the trial)")
     col_raw = data.get("collectors", {}) or {}
     if not isinstance(col_raw, dict):
         raise ValidationError("collectors", "expected a mapping", "e.g. collectors: {rate_hz: 10}")
@@ -154,6 +164,7 @@ def parse_experiment(data: Any, source: str = "") -> ExperimentSpec:
         raise ValidationError("schemes", "expected a non-empty list", "e.g. schemes: [bsp, asp, gsyn]")
     spec = ExperimentSpec(name, topo, [], reps, seed, imp, amn, timeout, collectors,
                           str(data.get("description", "")), str(data.get("results_dir", "results")), data)
+    spec.stall_s = stall
     if data.get("schedule"):
         from traffic_control.schedule import load_schedule
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import csv
 import hashlib
+import io
 import itertools
 import json
 import math
@@ -30,9 +31,10 @@ from typing import Any
 
 from topologies.loader import read_mapping
 from traffic_control.errors import ValidationError, check_keys
+from traffic_control.files import write_atomic, write_json_atomic
 from traffic_control.shape import SHAPE_KEYS
 
-from .runner import run_experiment
+from .runner import RecordsUnwritable, run_experiment
 from .spec import parse_experiment
 
 SWEEP_KEYS = ("name", "experiment", "grid", "repetitions", "results_dir", "metric")
@@ -154,9 +156,12 @@ def run_sweep(path: str | Path, out: Path | None = None, log: Any = print, limit
         for _, exp in points:
             preflight(parse_experiment(exp, source=str(path)))
     out = out or Path(sweep.get("results_dir", "results")) / name / "sweep"
-    (out / "points").mkdir(parents=True, exist_ok=True)
-    (out / "sweep.json").write_text(json.dumps({"spec": sweep, "points": [p for p, _ in points]}, indent=2,
-                                               default=str))
+    try:
+        (out / "points").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValidationError("results_dir", f"cannot write the sweep's results to {out}: {e.strerror}",
+                              "use a writable directory (results_dir: in the sweep, or --out DIR)") from None
+    write_json_atomic(out / "sweep.json", {"spec": sweep, "points": [p for p, _ in points]}, indent=2)
     ran = 0
     for i, (point, exp) in enumerate(points):
         pdir = out / "points" / point_id(point)
@@ -173,12 +178,13 @@ def run_sweep(path: str | Path, out: Path | None = None, log: Any = print, limit
         spec = parse_experiment(exp, source=str(path))
         res = run_experiment(spec, run_dir=pdir, report=False)
         ran += 1
+        if res.disk_error:
+            raise RecordsUnwritable(f"point {point}: {res.disk_error} (finished points are kept; rerunning resumes)")
         if res.interrupted:
             log("sweep interrupted; rerun the same command to resume")
             raise SweepInterrupted(out)
-        (pdir / "done.json").write_text(json.dumps({"point": point, "finished": time.time(),
-                                                    "failed": [f"{t.label}-r{t.rep}" for t in res.failed]},
-                                                   default=str))
+        write_json_atomic(pdir / "done.json", {"point": point, "finished": time.time(),
+                                               "failed": [f"{t.label}-r{t.rep}" for t in res.failed]})
     summarise(out, points)
     return out
 
@@ -236,10 +242,11 @@ def summarise(out: Path, points: list[tuple[dict[str, Any], dict[str, Any]]]) ->
         cols: list[str] = []
         for r in rows:
             cols += [c for c in r if c not in cols]
-        with path.open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=cols)
-            w.writeheader()
-            w.writerows(rows)
+        buf = io.StringIO(newline="")
+        w = csv.DictWriter(buf, fieldnames=cols)
+        w.writeheader()
+        w.writerows(rows)
+        write_atomic(path, buf.getvalue())
     try:
         from ..analysis.report import Options, report
 

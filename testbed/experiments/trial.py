@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from traffic_control.files import write_atomic, write_json_atomic
+
 from ..network.emulation import EmulatedNetwork
 from ..training.supervise import ProcSpec, Supervisor
 from .spec import ExperimentSpec, SchemeRun
@@ -95,6 +97,7 @@ def _tail_metrics(trial_dir: Path) -> dict[str, Any]:
 def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path,
               progress: Callable[[str], None] | None = None, log: Callable[[str], None] | None = None,
               stop_flag: Callable[[], bool] | None = None) -> TrialResult:
+    from ..collect.recorder import events_path
     from ..collect.samplers import LinkTarget, ProcTarget, SamplerSet
     from ..collect.trace import merge_trial
     from ..training.jobs import Placement, command_for, make_jobs, write_jobs
@@ -158,7 +161,28 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
             return p
 
         player = net.play(spec.schedule) if spec.schedule else None
-        sup = Supervisor(specs, start, timeout_s=spec.timeout_s)
+        spans = {job.name: events_path(trial_dir, job.host, job.role, job.rank) for job, _ in order}
+        pids = {}
+
+        def progress(name: str) -> Any:
+            """A marker that changes with progress: the span file's size, and CPU time until the first span."""
+            try:
+                size = spans[name].stat().st_size
+            except OSError:
+                size = 0
+            if size:
+                return size
+            pid = pids.get(name)
+            return ("starting", _cpu_ticks(pid) if pid else None)
+
+        def start_and_note(ps: ProcSpec) -> Any:
+            p = start(ps)
+            pids[ps.name] = p.pid
+            return p
+
+        sup = Supervisor(specs, start_and_note, timeout_s=spec.timeout_s, stall_s=spec.stall_s, progress=progress,
+                         grace_s=float(os.environ.get("TESTBED_STOP_GRACE_S", "3")),
+                         drain_s=float(os.environ.get("TESTBED_PS_DRAIN_S", "15")))
 
         def faults() -> list[str]:
             """Reasons the network stopped being what the spec says (each fails the trial)."""
@@ -173,7 +197,14 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
             res = sup.run()
         finally:
             monitor.stop()
-        result = _result(res, monitor, scheme.label, rep, trial_dir, procs)
+        memory = net.memory_report()
+        if memory:
+            manifest["memory"] = memory
+        result = _result(res, monitor, scheme.label, rep, trial_dir, procs, memory)
+        if result.status != "ok" and net.links_down:  # the likely cause of a collective's timeout: say so
+            now = time.monotonic()
+            result.reason += " | WAN link down at the time: " + ", ".join(
+                f"{k} (down for {now - t:.1f} s, by the link schedule)" for k, t in sorted(net.links_down.items()))
         late = faults()
         if result.status == "ok" and late:  # e.g. a schedule event that failed as the trial ended
             result = TrialResult(scheme.label, rep, trial_dir, "failed", "network fault: " + "; ".join(late))
@@ -187,6 +218,8 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
             player.stop()
             manifest["schedule"] = {"applied": [[round(t, 3), ev.src, ev.dst, ev.changes, ev.state]
                                                 for t, ev in player.applied], "errors": player.errors}
+        if net.impairment_noticed:
+            manifest["impairment_failures"] = net.impairment_noticed
         if net.userspace:
             try:
                 manifest["impairment_health"] = net.impairment_health()
@@ -210,7 +243,7 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
                            "pid": p.popen.pid, "returncode": p.returncode, "log": str(p.log.relative_to(trial_dir))}
                           for p in procs],
         })
-        (trial_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
+        write_json_atomic(trial_dir / "manifest.json", manifest, indent=2)
         if spec.collectors.trace:
             try:
                 _, problems = merge_trial(trial_dir)
@@ -236,7 +269,7 @@ def _prepare_training(spec: ExperimentSpec, training: dict[str, Any], trial_dir:
 
     size = gradient_bytes(training)
     plan = plan_blp(spec.topology.dc_graph(), size, path=spec.topology.path)
-    (trial_dir / "plan.json").write_text(plan.to_json())
+    write_atomic(trial_dir / "plan.json", plan.to_json())
     training = dict(training)
     training["scheme"] = dict(scheme, plan=json.loads(plan.to_json()))
     return training
@@ -286,7 +319,7 @@ class _Monitor(threading.Thread):
 
 
 def _result(res: Any, monitor: _Monitor, label: str, rep: int, trial_dir: Path,
-            procs: list[ProcInfo]) -> TrialResult:
+            procs: list[ProcInfo], memory: dict[str, dict[str, Any]] | None = None) -> TrialResult:
     codes = {p.name: p.returncode for p in res.procs}
     for p in procs:
         p.returncode = codes.get(p.name, p.popen.poll())
@@ -297,6 +330,11 @@ def _result(res: Any, monitor: _Monitor, label: str, rep: int, trial_dir: Path,
     status = "timeout" if "timeout" in res.reason.lower() or "timed out" in res.reason.lower() else "failed"
     reason = res.reason
     bad = next((p for p in procs if p.name == res.first_failure), None)
+    oom = {n: m for n, m in (memory or {}).items() if m.get("oom_kills")}
+    if oom:  # SIGKILLed by the kernel, not by a bug: say which host ran out and its limit
+        reason += " | out of memory: " + ", ".join(
+            f"{n} hit its memory limit {m['limit'] / 2**20:.0f} MiB (the OOM killer ended {m['oom_kills']} "
+            f"process{'es' if m['oom_kills'] > 1 else ''}; raise `memory:` of its DC)" for n, m in sorted(oom.items()))
     if bad is not None and bad.log.exists():
         tail = bad.log.read_text(errors="replace").strip().splitlines()[-3:]
         reason += " | " + " | ".join(tail)
@@ -323,3 +361,12 @@ def _stop_all(procs: list[ProcInfo]) -> None:
     for p in procs:
         if p.returncode is None:
             p.returncode = p.popen.poll()
+
+
+def _cpu_ticks(pid: int) -> int | None:
+    """utime + stime of ``pid`` in clock ticks (None once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])

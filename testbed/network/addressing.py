@@ -47,6 +47,7 @@ class NodePlan:
     ifaces: list[IfacePlan] = field(default_factory=list)
     routes: list[RoutePlan] = field(default_factory=list)
     cpu: float | None = None
+    memory: int | None = None  # bytes
 
     @property
     def netns(self) -> str:
@@ -155,19 +156,19 @@ def plan_network(topo: Topology, with_ps: bool = True) -> NetPlan:
         br = naming.bridge_name(dc.name)
         bridges.append(br)
         gw = str(net.network_address + 254)
-        members: list[tuple[str, str, str, float | None]] = []
+        members: list[tuple[str, str, str, float | None, int | None]] = []
         for j in range(1, dc.hosts + 1):
-            members.append((naming.host_name(dc.name, j), "host", str(net.network_address + j), dc.cpu))
+            members.append((naming.host_name(dc.name, j), "host", str(net.network_address + j), dc.cpu, dc.memory))
         if with_ps and topo.ps == dc.name:
-            members.append((naming.ps_name(dc.name), "ps", str(net.network_address + 200), None))
+            members.append((naming.ps_name(dc.name), "ps", str(net.network_address + 200), None, None))
         # LAN shape (see lan_shapes): node egress = the whole shape, switch port egress = rate only.
         egress, port_egress, impairment = lan_shapes(dc.lan)
         sw_ns = None if topo.switch == "ovs" else naming.netns_name(naming.switch_name(dc.name))
         switches.append(SwitchPlan(dc.name, br, sw_ns, impairment))
         r = NodePlan(naming.router_name(dc.name), dc.name, "router")
-        for port_no, (name, role, addr, cpu) in enumerate([*members, (r.name, "router", gw, None)], start=1):
+        for port_no, (name, role, addr, cpu, mem) in enumerate([*members, (r.name, "router", gw, None, None)], start=1):
             port = naming.port_name(dc.name, port_no) if sw_ns is None else naming.switch_port_name(name)
-            node = r if role == "router" else NodePlan(name, dc.name, role, cpu=cpu)
+            node = r if role == "router" else NodePlan(name, dc.name, role, cpu=cpu, memory=mem)
             ifname = naming.LAN_IFNAME if role == "router" else naming.HOST_IFNAME
             node.ifaces.append(IfacePlan(ifname, addr, 24, egress, bridge=br, port=port, port_egress=port_egress,
                                          switch_netns=sw_ns))

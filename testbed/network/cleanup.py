@@ -173,7 +173,5 @@ def cleanup(verbose: bool = False) -> dict[str, list[str]]:
 def leftovers() -> dict[str, list[str]]:
     """What cleanup would remove now (empty when the machine is clean)."""
     out = {"processes": [str(p) for p in owned_pids()], "netns": owned_netns(), "links": owned_links()}
-    base = [Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")]
-    cg = [str(p) for b in base for p in b.glob(f"{naming.PREFIX}-*") if p.is_dir()]
-    out["cgroups"] = cg
+    out["cgroups"] = [str(p) for p in cgroups.find_all()]
     return {k: v for k, v in out.items() if v}

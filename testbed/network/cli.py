@@ -259,9 +259,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if args.node not in rec["nodes"]:
         raise ValidationError("net exec", f"no node {args.node!r} in the running network",
                               "use one of: " + ", ".join(rec["nodes"]))
-    procs = cgroups.procs_file(args.node)
-    if procs is not None:
-        cgroups.join(procs)  # this process, and so the command it becomes, runs under the host's cpu share
+    procs = cgroups.procs_files(args.node)
+    if procs:
+        cgroups.join(procs)  # this process, and so the command it becomes, runs under the host's cpu/memory limits
     argv = exec_argv(args.node, cmd)
     sys.stdout.flush()
     sys.stderr.flush()

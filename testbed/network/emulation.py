@@ -199,13 +199,24 @@ def choose_impairment(topo: Topology, requested: str, allow_missing_netem: bool,
     ok, why = _userspace_available()
     if requested == "userspace":
         if not ok:
-            raise CapabilityMissing("what the userspace impairment backend needs", f"{why}; or use --impairment netem/none")
+            raise CapabilityMissing(f"what the userspace impairment backend needs: {why}",
+                                    "scripts/bootstrap.sh installs the tools; or use --impairment netem/none")
         return Impairment("userspace", netem_available, seed=seed)
     if ok:
         return Impairment("userspace", netem_available, seed=seed)
     if not topo.needs_netem or allow_missing_netem:
         return Impairment("none", netem_available, skipped_impairments(topo), seed)
-    raise CapabilityMissing("sch_netem", NETEM_FIX)
+    raise CapabilityMissing("sch_netem or the userspace backend", f"{NETEM_FIX}; the userspace backend: {why}")
+
+
+def check_machine_free(action: str) -> None:
+    """Root, and no testbed network up (there is one set of ``tb-*`` names per machine)."""
+    if os.geteuid() != 0:
+        raise PermissionError(f"{action} needs root: run with sudo")
+    existing = cleanup.owned_netns()
+    if existing:
+        raise NetworkBusy(f"a testbed network is already up ({len(existing)} namespaces, e.g. {existing[0]}); "
+                          "run `testbed net down` (or `testbed clean`) first")
 
 
 def check_preconditions(topo: Topology, impairment: str, allow_missing_netem: bool) -> Impairment:
@@ -266,6 +277,10 @@ class EmulatedNetwork:
         self.applied: dict[str, Any] = {}
         self.userspace: list[Any] = []
         self.impairment_failures: list[str] = []
+        #: when each failure was noticed (wall clock), for the manifest and the fault tests
+        self.impairment_noticed: list[dict[str, Any]] = []
+        #: WAN links taken down (schedule or ``set_link_up``) and not back up: "a<->b" -> when (monotonic)
+        self.links_down: dict[str, float] = {}
         self._watchdog: Any = None
         self.started = False
         self._building = False  # True once this instance may have created objects (stop() cleans only then)
@@ -283,12 +298,7 @@ class EmulatedNetwork:
         self.stop()
 
     def start(self) -> EmulatedNetwork:
-        if os.geteuid() != 0:
-            raise PermissionError("building the network needs root: run with sudo")
-        existing = cleanup.owned_netns()
-        if existing:
-            raise NetworkBusy(f"a testbed network is already up ({len(existing)} namespaces, e.g. {existing[0]}); "
-                               "run `testbed net down` (or `testbed clean`) first")
+        check_machine_free("building the network")
         self.impairment = choose_impairment(self.topo, self.requested, self.allow_missing_netem, self._netem_hint,
                                             self.seed)
         if self.topo.switch == "ovs":
@@ -420,6 +430,11 @@ class EmulatedNetwork:
         """Every userspace daemon of this network: alive, or dead and failing closed."""
         return uimp.health_report(self.userspace)
 
+    def memory_report(self) -> dict[str, dict[str, Any]]:
+        """Per memory-limited node: its limit, the most it used, and how many processes the OOM killer ended."""
+        return {n: {"limit": p.memory, "peak": cgroups.memory_peak(n), "oom_kills": cgroups.oom_kills(n)}
+                for n, p in self.plan.nodes.items() if p.memory is not None}
+
     def cli(self) -> None:
         from mininet.cli import CLI
 
@@ -499,6 +514,9 @@ class EmulatedNetwork:
                 if up:  # routes through a downed interface are flushed by the kernel
                     for n in (w.a_router, w.b_router):
                         self._configure_routes(self.plan.nodes[n])
+                    self.links_down.pop(f"{w.a}<->{w.b}", None)
+                else:
+                    self.links_down.setdefault(f"{w.a}<->{w.b}", time.monotonic())
                 return
         raise ValidationError("link", f"no WAN link {a}-{b}", f"name two adjacent DCs ({self._link_names()})")
 
@@ -547,8 +565,8 @@ class EmulatedNetwork:
         def start_one(node: NodePlan) -> Any:
             h = TestbedHost(node.name, ip=None)
             netns.attach(node.netns, h.pid)
-            if node.cpu is not None:
-                cgroups.limit(node.name, h.pid, node.cpu)
+            if node.cpu is not None or node.memory is not None:
+                cgroups.limit(node.name, h.pid, node.cpu, node.memory)
             # one shell round trip per node for the sysctls netlink cannot reach
             # IPv6 off: the testbed speaks IPv4 only, and IPv6's own chatter (router solicitations,
             # MLD, DAD) would cross the shaped links, count in their bytes and consume the impairment's
@@ -766,7 +784,8 @@ class EmulatedNetwork:
     def _write_state(self) -> None:
         rec = {"topology": self.topo.to_dict(), "with_ps": self.with_ps, "seed": self.seed,
                "impairment": self.impairment.to_dict() if self.impairment else None,
-               "nodes": {n: {"netns": p.netns, "role": p.role, "dc": p.dc, "ip": p.ip, "cpu": p.cpu}
+               "nodes": {n: {"netns": p.netns, "role": p.role, "dc": p.dc, "ip": p.ip, "cpu": p.cpu,
+                             "memory": p.memory}
                          for n, p in self.plan.nodes.items()},
                "switches": {sw.dc: {"netns": sw.netns, "bridge": sw.bridge} for sw in self.plan.switches},
                "links": self._links_record(), "userspace": self._userspace_record(),

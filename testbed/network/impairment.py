@@ -26,6 +26,7 @@ marked failed, never silently left without its latency.
 
 from __future__ import annotations
 
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,8 +132,9 @@ def watch(net: Any) -> Any:
     from traffic_control.userspace import Watchdog
 
     def on_death(imp: Any, health: Any) -> None:
-        net.impairment_failures.append(f"{imp.point.node}:{imp.ifname} ({imp.point.what}): "
-                                       f"{health.state} ({health.reason})")
+        what = f"{imp.point.node}:{imp.ifname} ({imp.point.what}): {health.state} ({health.reason})"
+        net.impairment_failures.append(what)
+        net.impairment_noticed.append({"time": time.time(), "what": what})
         net.log(f"ERROR: userspace impairment on {imp.point.node}:{imp.ifname} ({imp.point.what}) died "
                 "(its link now drops traffic: fail closed)")
 

@@ -17,10 +17,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from traffic_control.files import write_json_atomic
 
 from . import naming
 
@@ -48,9 +49,7 @@ def read() -> dict[str, Any] | None:
 def _write(data: dict[str, Any]) -> None:
     d = state_dir()
     d.mkdir(parents=True, exist_ok=True)
-    tmp = d / f".{STATE_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    os.replace(tmp, path())
+    write_json_atomic(path(), data, indent=2)
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from traffic_control.errors import ValidationError
+from traffic_control.files import write_atomic
 from traffic_control.units import format_rate, parse_size
 
 from .baselines import SchemeCost, baselines
@@ -82,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
     base = baselines(graph, size, path=path)
     warnings = route_mismatches(plan, path)
     if args.out is not None:
-        args.out.write_text(plan.to_json() + "\n")
+        write_atomic(args.out, plan.to_json() + "\n")
     if args.json:
         print(json.dumps({"topology": topo.name, "plan": plan.to_dict(),
                           "baselines": {k: v.to_dict() for k, v in base.items()},

@@ -168,17 +168,20 @@ class SlowdownRule:
 
 @dataclass
 class FaultConfig:
-    """Deliberate crash of one worker, to exercise supervision (tests, demos).
+    """A real fault in one worker, to exercise supervision (the fault-injection tests, demos).
 
     The worker with ``host`` (or ``rank``) fails when it begins step
     ``step``: ``mode: raise`` raises (exit status 1, records flushed);
-    ``kill`` sends itself SIGKILL (records only up to the last periodic flush).
+    ``kill`` sends itself SIGKILL (records only up to the last periodic flush);
+    ``stop`` sends itself SIGSTOP (a hang: it stays alive and silent, its peers
+    block on it); ``oom`` allocates and touches memory until the kernel's OOM
+    killer ends it (its host's ``memory:`` limit), or raises after 64 GiB.
     """
 
     step: int
     host: str | None = None
     rank: int | None = None
-    mode: Literal["raise", "kill"] = "raise"
+    mode: Literal["raise", "kill", "stop", "oom"] = "raise"
 
     def check(self, field: str) -> None:
         if (self.host is None) == (self.rank is None):

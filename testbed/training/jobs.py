@@ -44,6 +44,7 @@ from typing import Any, Literal
 
 from testbed.training.config import DelayDist, TrainingConfig, validate_training
 from testbed.training.schema import ValidationError, from_mapping, to_plain
+from traffic_control.files import write_atomic
 
 __all__ = ["Job", "Peer", "Placement", "command_for", "job_name", "make_jobs", "module_for", "write_jobs"]
 
@@ -210,7 +211,7 @@ def write_jobs(jobs: Sequence[Job], out_dir: str | os.PathLike[str]) -> list[Pat
     paths = []
     for job in jobs:
         path = d / f"{job.rank}.json"
-        path.write_text(job.to_json(), encoding="utf-8")
+        write_atomic(path, job.to_json())
         paths.append(path)
     return paths
 

@@ -144,6 +144,15 @@ class WorkerContext:
             return
         if f.mode == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if f.mode == "stop":
+            self.rec.flush()
+            os.kill(os.getpid(), signal.SIGSTOP)
+        if f.mode == "oom":
+            self.rec.flush()
+            hog = []
+            for _ in range(64 * 16):  # 64 MiB at a time, every page written so that it is really used
+                hog.append(bytearray(b"\1" * (64 << 20)))
+            raise RuntimeError(f"injected fault: {self.job.host} allocated {len(hog) * 64} MiB without being stopped")
         raise RuntimeError(f"injected fault: {self.job.host} (rank {self.job.rank}) crashes at step {step}")
 
     # -- CPU views for communication (zero-copy on CPU, staged copies on CUDA) ---------

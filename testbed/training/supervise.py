@@ -16,7 +16,13 @@ waiting on the server forever, so waiting for them is never right):
 * once all ``primary`` processes (workers) exited 0, the others (the
   parameter server) get ``drain_s`` to exit by themselves, else the run
   fails ("did not exit");
-* ``timeout_s`` bounds the whole run.
+* ``timeout_s`` bounds the whole run;
+* ``stall_s`` bounds how long a primary process may go without progress
+  (``progress(name)`` returns a marker that changes whenever it does, e.g.
+  the size of its span file): a run with a stalled process fails naming it,
+  first the processes that are stopped (SIGSTOP: state ``T``), then the
+  one that progressed last the longest time ago (in a collective every
+  peer of a hung process stalls with it, a few spans later).
 
 Records are never touched: each process flushes its own on SIGTERM, and
 the launcher keeps the logs.
@@ -74,7 +80,8 @@ class SupervisionResult:
 class Supervisor:
     def __init__(self, specs: Sequence[ProcSpec], start: Callable[[ProcSpec], PopenLike], *,
                  timeout_s: float | None = None, grace_s: float = 3.0, drain_s: float = 15.0,
-                 poll_s: float = 0.05, on_event: Callable[[str], None] | None = None) -> None:
+                 poll_s: float = 0.05, on_event: Callable[[str], None] | None = None,
+                 stall_s: float | None = None, progress: Callable[[str], Any] | None = None) -> None:
         self.specs = list(specs)
         self.start = start
         self.timeout_s = timeout_s
@@ -82,6 +89,10 @@ class Supervisor:
         self.drain_s = drain_s
         self.poll_s = poll_s
         self.on_event = on_event or (lambda msg: None)
+        self.stall_s = stall_s
+        self.progress = progress
+        self._marks: dict[str, tuple[Any, float]] = {}  # name -> (last progress marker, when it changed)
+        self._stall_checked = 0.0
         self._t0 = 0.0
         self._procs: dict[str, PopenLike] = {}
         self._results: dict[str, ProcResult] = {}
@@ -149,6 +160,37 @@ class Supervisor:
         return SupervisionResult(failure is None, reason, failure, self._now(),
                                  [self._results[s.name] for s in self.specs])
 
+    def _stalled(self, primaries: set[str], done: set[str]) -> tuple[str, str] | None:
+        """(culprit, reason) when a running primary process made no progress for ``stall_s``."""
+        if self.stall_s is None or self.progress is None:
+            return None
+        now = self._now()
+        if now - self._stall_checked < min(1.0, self.stall_s / 4):
+            return None
+        self._stall_checked = now
+        running = [n for n in self._procs if n not in done]
+        for name in running:
+            try:
+                marker = self.progress(name)
+            except Exception:  # noqa: BLE001 - an unreadable marker is no progress
+                marker = None
+            prev = self._marks.get(name)
+            if prev is None or (marker is not None and prev[0] != marker):
+                self._marks[name] = (marker, now)
+        idle = {n: now - self._marks[n][1] for n in running if n in primaries}
+        if not idle or max(idle.values()) <= self.stall_s:
+            return None
+        states = {n: process_state(getattr(self._procs[n], "pid", None)) for n in running}
+        stopped = sorted(n for n, st in states.items() if st == "T")
+        waiting = sorted((n for n in idle if idle[n] > self.stall_s), key=lambda n: -idle[n])
+        culprit = stopped[0] if stopped else waiting[0]
+        why = (f"{', '.join(stopped)} {'is' if len(stopped) == 1 else 'are'} stopped (state T: SIGSTOP/SIGTSTP)"
+               if stopped else f"{culprit} made no progress for {idle[culprit]:.0f} s (the longest)")
+        others = [n for n in waiting if n != culprit]
+        reason = (f"stalled: no progress for {self.stall_s:g} s (stall limit): {why}"
+                  + (f"; stalled with it: {', '.join(others)}" if others else ""))
+        return culprit, reason
+
     def _watch(self, failure: str | None, reason: str) -> tuple[str | None, str]:
         primaries = {s.name for s in self.specs if s.primary}
         drain_since: float | None = None
@@ -178,5 +220,20 @@ class Supervisor:
             if self.timeout_s is not None and self._now() > self.timeout_s:
                 failure, reason = "supervisor", f"timeout after {self.timeout_s:g} s"
                 break
+            stalled = self._stalled(primaries, done)
+            if stalled is not None:
+                failure, reason = stalled
+                break
             time.sleep(self.poll_s)
         return failure, reason
+
+
+def process_state(pid: int | None) -> str | None:
+    """The kernel's one-letter state of ``pid`` (R, S, D, T, Z...), None if it is gone."""
+    if pid is None:
+        return None
+    try:
+        stat = open(f"/proc/{pid}/stat").read()  # noqa: SIM115 - one read
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]

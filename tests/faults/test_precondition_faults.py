@@ -86,3 +86,39 @@ def test_run_and_sweep_refuse_while_a_network_is_up(spec_file, tmp_path):
 def test_repetitions_below_one_are_rejected(spec_file, n):
     r = run_cli("run", str(spec_file), "--repetitions", n, timeout=120)
     assert r.returncode == 2 and "--repetitions" in r.stderr, r.stderr
+
+
+@pytest.fixture
+def path_without_iptables(tmp_path: Path) -> dict[str, str]:
+    """A PATH with every program of this one except iptables (a machine without the package)."""
+    import os
+
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        if not os.path.isdir(d):
+            continue
+        for name in os.listdir(d):
+            src = os.path.join(d, name)
+            if name.startswith(("iptables", "ip6tables", "xtables")) or (shim / name).exists():
+                continue
+            if os.access(src, os.X_OK) and not os.path.isdir(src):
+                (shim / name).symlink_to(src)
+    env = cli_env()
+    env["PATH"] = str(shim)
+    return env
+
+
+def test_run_without_iptables_stops_before_building_naming_it(spec_file, path_without_iptables, tmp_path):
+    require_root_tools()
+    assert not cleanup.owned_netns(), "a testbed network is already up"
+    raw = yaml.safe_load(spec_file.read_text())
+    raw["impairment"] = "userspace"
+    spec_file.write_text(yaml.safe_dump(raw))
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(spec_file)], cwd=REPO,
+                       env=path_without_iptables, capture_output=True, text=True, timeout=120)
+    print(f"MEASURED fault iptables missing: exit {r.returncode}: {r.stderr.strip()[-200:]}")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "iptables" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "results").exists()
+    assert cleanup.leftovers() == {}

@@ -62,3 +62,65 @@ def test_start_failure_and_timeout():
     assert not res.ok and res.first_failure == "bad" and res.procs[0].stopped
     res = Supervisor([ProcSpec("good")], start, timeout_s=0.5, grace_s=1).run()
     assert not res.ok and "timeout" in res.reason
+
+
+def _beating(path) -> str:
+    """A process that appends a line to ``path`` every 50 ms (its progress)."""
+    return f"import time\nwhile True:\n    open({str(path)!r}, 'a').write('x\\n'); time.sleep(0.05)"
+
+
+def test_a_stopped_process_is_named_after_the_stall_limit(tmp_path):
+    """A real SIGSTOP: the stopped process is named, not the one that merely waits on it."""
+    import os
+    import signal
+    import threading
+
+    files = {f"h{i}.worker.{i}": tmp_path / f"{i}.txt" for i in range(2)}
+    files["h2.worker.2"] = tmp_path / "2.txt"  # a peer blocked on the stopped one: silent, but running
+    specs = [ProcSpec(n, payload=_beating(f) if n != "h2.worker.2" else "import time; time.sleep(60)")
+             for n, f in files.items()]
+    procs = {}
+
+    def start(spec):
+        procs[spec.name] = subprocess.Popen([sys.executable, "-c", spec.payload])
+        return procs[spec.name]
+
+    def progress(name):
+        f = files[name]
+        return f.stat().st_size if f.exists() else None
+
+    sup = Supervisor(specs, start, timeout_s=60, stall_s=1.5, progress=progress, grace_s=1)
+    stopped_at = []
+
+    def stop_one():
+        time.sleep(1.0)
+        os.kill(procs["h1.worker.1"].pid, signal.SIGSTOP)
+        stopped_at.append(time.monotonic())
+
+    threading.Thread(target=stop_one, daemon=True).start()
+    res = sup.run()
+    noticed = time.monotonic() - stopped_at[0]
+    assert not res.ok and res.first_failure == "h1.worker.1", res.reason
+    assert "h1.worker.1 is stopped (state T" in res.reason and "h2.worker.2" in res.reason, res.reason
+    assert noticed < 1.5 + 2.5, noticed
+    assert all(p.returncode is not None for p in res.procs), "a stopped process is killed too"
+
+
+def test_without_a_stopped_process_the_longest_silent_one_is_named(tmp_path):
+    beat = tmp_path / "0.txt"
+    specs = [ProcSpec("h0.worker.0", payload=_beating(beat)),
+             ProcSpec("h1.worker.1", payload="import time; time.sleep(60)")]
+    sizes = {"h0.worker.0": lambda: beat.stat().st_size if beat.exists() else None, "h1.worker.1": lambda: 0}
+    t = time.monotonic()
+    res = Supervisor(specs, py(""), timeout_s=60, stall_s=1.0, progress=lambda n: sizes[n](), grace_s=1).run()
+    assert not res.ok and res.first_failure == "h1.worker.1", res.reason
+    assert "h1.worker.1 made no progress" in res.reason
+    assert time.monotonic() - t < 5
+
+
+def test_progress_keeps_a_slow_run_alive(tmp_path):
+    beat = tmp_path / "0.txt"
+    code = f"import time\nfor _ in range(30):\n    open({str(beat)!r}, 'a').write('x'); time.sleep(0.1)"
+    res = Supervisor([ProcSpec("h0.worker.0", payload=code)], py(""), timeout_s=60, stall_s=1.0,
+                     progress=lambda n: beat.stat().st_size if beat.exists() else None).run()
+    assert res.ok, res.reason

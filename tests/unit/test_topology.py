@@ -336,3 +336,27 @@ def test_inputs_that_used_to_crash_are_errors_with_their_field(spec, field):
     with pytest.raises(ValidationError) as e:
         from_dict(spec)
     assert e.value.field == field, str(e.value)
+
+
+@pytest.mark.parametrize("value,field", [
+    ("8MiB", "dcs[1].memory"), ("2TiB", "dcs[1].memory"), ("lots", "dcs[1].memory"), (-5, "dcs[1].memory"),
+    ("1Gbit", "dcs[1].memory"),
+])
+def test_memory_limit_out_of_range_or_unparsable_names_its_field(value, field):
+    with pytest.raises(ValidationError) as e:
+        from_dict({"name": "x", "dcs": ["a", {"name": "b", "memory": value}], "links": [{"a": "a", "b": "b"}]})
+    assert e.value.field == field, str(e.value)
+
+
+def test_memory_limit_reaches_every_host_plan_and_round_trips():
+    from testbed.network.addressing import plan_network
+
+    t = from_dict({"name": "x", "defaults": {"memory": "1GiB"},
+                   "dcs": ["a", {"name": "b", "memory": "600MiB", "hosts": 2}], "links": [{"a": "a", "b": "b"}],
+                   "ps": "b"})
+    assert [dc.memory for dc in t.dcs] == [2**30, 600 * 2**20]
+    plan = plan_network(t, with_ps=True)
+    mem = {n: p.memory for n, p in plan.nodes.items()}
+    assert mem["b-h1"] == mem["b-h2"] == 600 * 2**20 and mem["a-h1"] == 2**30
+    assert mem["b-ps"] is None and mem["a-r"] is None  # only trainer hosts are limited
+    assert from_dict(t.to_dict()) == t

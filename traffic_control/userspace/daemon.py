@@ -46,6 +46,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from traffic_control import files
+
 from . import rules
 from .schedule import Scheduler
 from .shape import ImpairmentShape
@@ -70,10 +72,8 @@ STOP_FILE = "stop"
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Readers never see a half-written file: write aside, then rename."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, sort_keys=True))
-    os.replace(tmp, path)
+    """Readers never see a half-written file (health is rewritten often: no fsync)."""
+    files.write_json_atomic(path, data, durable=False, sort_keys=True)
 
 
 def read_shape_file(path: Path) -> tuple[int, ImpairmentShape]:
