@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from testbed.analysis.stats import ci95, t95  # noqa: F401 - one implementation, re-exported
 from testbed.collect.records import (
     classify_dir,
     read_json,
@@ -437,31 +438,6 @@ def _wan_bytes(links: pd.DataFrame) -> float:
         if len(x) >= 2:
             tot += max(float(x.iloc[-1] - x.iloc[0]), 0.0)
     return tot
-
-
-_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-        9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
-
-
-def t95(df: int) -> float:
-    """Two-sided 95 % Student-t quantile (table; avoids a scipy dependency on laptops)."""
-    if df <= 0:
-        return math.nan
-    for k in sorted(_T95):
-        if df <= k:
-            return _T95[k]
-    return 1.96
-
-
-def ci95(values: pd.Series | np.ndarray) -> tuple[float, float, int]:
-    """(mean, half-width of the 95 % CI, n) ignoring NaN; half-width NaN for n < 2."""
-    x = np.asarray(pd.to_numeric(pd.Series(values), errors="coerce").dropna(), float)
-    n = len(x)
-    if n == 0:
-        return math.nan, math.nan, 0
-    if n == 1:
-        return float(x[0]), math.nan, 1
-    return float(x.mean()), t95(n - 1) * float(x.std(ddof=1)) / math.sqrt(n), n
 
 
 SUMMARY_METRICS = ["time_to_target_s", "steps_per_s", "updates_per_s", "exposed_sync_share",

@@ -207,17 +207,11 @@ def _trial_stats(tdir: Path) -> dict[str, float] | None:
 
 
 def mean_ci(values: list[float]) -> tuple[float, float]:
-    """Mean and half-width of the 95 % confidence interval (Student t)."""
-    vals = [v for v in values if not math.isnan(v)]
-    if not vals:
-        return math.nan, math.nan
-    m = sum(vals) / len(vals)
-    if len(vals) < 2:
-        return m, math.nan
-    from scipy.stats import t
+    """Mean and half-width of the 95 % confidence interval (Student t; :mod:`testbed.analysis.stats`)."""
+    from ..analysis.stats import ci95
 
-    sd = math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
-    return m, float(t.ppf(0.975, len(vals) - 1)) * sd / math.sqrt(len(vals))
+    mean, half, _ = ci95(values)
+    return mean, half
 
 
 def summarise(out: Path, points: list[tuple[dict[str, Any], dict[str, Any]]]) -> Path:

@@ -150,6 +150,23 @@ def test_experiment_tables_and_write(sweep_experiment: Path, tmp_path: Path) -> 
 def test_ci95() -> None:
     mean, hw, n = T.ci95([1.0, 2.0, 3.0])
     assert (mean, n) == (2.0, 3)
-    assert hw == pytest.approx(4.303 * 1.0 / math.sqrt(3))
+    assert hw == pytest.approx(4.303 * 1.0 / math.sqrt(3), rel=1e-4)
     assert math.isnan(T.ci95([5.0])[1])
     assert T.ci95([])[2] == 0
+
+
+@pytest.mark.parametrize("df,quantile", [(1, 12.706), (4, 2.776), (11, 2.201), (25, 2.060), (40, 2.021),
+                                         (200, 1.972)])
+def test_t_quantile_is_exact_for_every_degree_of_freedom(df: int, quantile: float) -> None:
+    """The old table gave df 11 the value of 12 (2.179) and everything past 30 the normal 1.96: too narrow."""
+    assert T.t95(df) == pytest.approx(quantile, abs=5e-4)
+
+
+def test_one_ci_for_tables_and_sweeps() -> None:
+    from testbed.experiments.sweep import mean_ci
+
+    vals = [1.0, 2.5, 2.0, 4.0, 3.0, 2.2, 1.9, 2.8, 3.3, 2.1, 2.6, 3.1]  # n = 12, df = 11
+    mean, hw, n = T.ci95(vals + [float("nan"), None, "x"])
+    assert n == 12
+    assert mean_ci(vals) == pytest.approx((mean, hw))
+    assert hw == pytest.approx(2.201 * float(np.std(vals, ddof=1)) / math.sqrt(12), rel=1e-3)
