@@ -3,7 +3,7 @@
 Why QEMU with TCG: this machine's kernel lacks ``sch_netem`` and its
 ``/dev/kvm`` is not usable with a stock kernel, so a software-emulated VM
 running the distribution's own kernel is the one way to get netem here.  TCG
-is slow for compute but fine for network behaviour (see DESIGN.md).
+is slow for compute but fine for network behaviour (see docs/DESIGN.md).
 
 The guest sees the host's root read-only over 9p (so the lab runs exactly the
 code in the working tree) plus writable 9p shares: a private control

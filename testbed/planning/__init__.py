@@ -1,6 +1,6 @@
 """BLP: LP-planned aggregation trees for cross-DC all-reduce, their executor, and baselines.
 
-Our reading of BLP (the paper is closed-access; see DESIGN.md "Training
+Our reading of BLP (the paper is closed-access; see docs/DESIGN.md "Training
 model"): given the DC graph with per-direction capacities and latencies and
 the gradient size, choose aggregation trees over the graph (relaying through
 DCs allowed, only existing links) and the share of the gradient each carries

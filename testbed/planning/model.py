@@ -1,6 +1,6 @@
 """The BLP plan: typed trees + shares, its JSON form, its validation and its cost model.
 
-Our reading of BLP (the paper is closed-access; DESIGN.md "Training model"):
+Our reading of BLP (the paper is closed-access; docs/DESIGN.md "Training model"):
 the gradient of ``S`` bytes is all-reduced among one *leader* per data
 center.  A plan is a set of aggregation trees over the DC graph.  Tree ``k``
 is a spanning tree of the DCs rooted at ``root``; it carries the share

@@ -1,7 +1,7 @@
 """Gsyn planner: predict the best number of groups G from measured inputs.
 
 The Gsyn paper is closed-access; this is *our* model of its trade-off
-(DESIGN.md "Training model"), stated so it can be checked against a
+(docs/DESIGN.md "Training model"), stated so it can be checked against a
 measured sweep over G.
 
 Model, for a grouping of the N workers into groups g of size m_g:

@@ -1,6 +1,6 @@
 """Building blocks for overlapping gradient synchronization with compute (PGCS and its baselines).
 
-Our reading of PGCS (closed-access paper; DESIGN.md "Training model"): E >= 2
+Our reading of PGCS (closed-access paper; docs/DESIGN.md "Training model"): E >= 2
 experts (separate parameter sets); at step ``t`` the main thread computes
 expert ``t mod E`` while a *communication thread* synchronizes the gradients
 of earlier experts; an expert's sync and update complete before its next

@@ -1,4 +1,4 @@
-"""Gsyn workers (our reading; see ``schemes.params`` and DESIGN.md "Training model").
+"""Gsyn workers (our reading; see ``schemes.params`` and docs/DESIGN.md "Training model").
 
 Per group step ``k`` (groups from the job, leader = first member):
 

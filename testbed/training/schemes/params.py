@@ -1,7 +1,7 @@
 """Parameters of each synchronization scheme (torch-free).
 
 Our reading of Gsyn (the paper is closed-access; only its abstract is
-public, see DESIGN.md "Training model"): workers are split into G groups;
+public, see docs/DESIGN.md "Training model"): workers are split into G groups;
 inside a group training is bulk-synchronous (the members' gradients are
 averaged over the LAN); each group's leader pushes the group-averaged
 gradient to a parameter server *asynchronously*, tagged with the model

@@ -1,7 +1,7 @@
 """PGCS workers: overlap one expert's gradient sync with the next expert's compute.
 
 Our reading of PGCS (the paper is closed-access; only its abstract is public,
-see DESIGN.md "Training model" and ``schemes/pgcs_params.py``):
+see docs/DESIGN.md "Training model" and ``schemes/pgcs_params.py``):
 
 * the model is E >= 2 experts with separate parameter sets (the ``experts``
   workload, or E seeded copies of a single-model workload such as

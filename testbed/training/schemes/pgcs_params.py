@@ -1,7 +1,7 @@
 """Parameters of ``pgcs`` and its ``ddp_overlap`` baseline (torch-free).
 
 Our reading of PGCS (the paper is closed-access; only its abstract is
-public, see DESIGN.md "Training model"): the model is E >= 2 experts
+public, see docs/DESIGN.md "Training model"): the model is E >= 2 experts
 (separate parameter sets).  At step ``t`` every worker computes the
 gradient of expert ``t mod E`` while a communication thread synchronizes
 (averages across all workers and DCs) the gradients of the experts computed

@@ -1,6 +1,6 @@
 """``experts``: E character-LM experts, each on its own stdlib text domain (PGCS's model).
 
-Our reading of PGCS (closed-access paper; DESIGN.md "Training model"): the
+Our reading of PGCS (closed-access paper; docs/DESIGN.md "Training model"): the
 model is E >= 2 experts with *separate parameter sets*; every worker trains
 every expert data-parallel, one expert per step (expert ``t mod E`` at step
 ``t``), so one expert's gradient can be synchronized while the next one

@@ -1,6 +1,6 @@
 """Parameters of the ``experts`` workload (torch-free, so a spec validates without torch).
 
-Our reading of PGCS (closed-access paper; DESIGN.md "Training model"): the
+Our reading of PGCS (closed-access paper; docs/DESIGN.md "Training model"): the
 model consists of E >= 2 *experts*, separate parameter sets trained
 data-parallel across all DCs, each on its own text domain (as in
 branch-train-merge).  Here every expert is a tiny character transformer of
