@@ -20,6 +20,7 @@ import pytest
 
 from testbed.network import cleanup
 from tests.conftest import REPO, cli_env
+from tests.faults.helpers import interruptible, kill_and_clean
 from tests.network.helpers import require_root_tools
 
 pytestmark = pytest.mark.root
@@ -72,19 +73,14 @@ def test_ctrl_c_while_net_up_builds_cleans_up_and_exits_130(tmp_path):
     require_root_tools()
     assert not cleanup.owned_netns(), "a testbed network is already up"
     for delay in (0.3, 0.8, 1.1, 1.5, 2.5):
-        p = subprocess.Popen([sys.executable, "-m", "testbed.cli", "net", "up", "geo_wan", "--impairment", "none",
-                              "--allow-missing-netem"], cwd=REPO, env=cli_env(), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        p = interruptible(["net", "up", "geo_wan", "--impairment", "none", "--allow-missing-netem"])
         time.sleep(delay)
         t0 = time.monotonic()
         p.send_signal(signal.SIGINT)
         try:
             _, err = p.communicate(timeout=30)
         finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+            kill_and_clean(p)
         took = time.monotonic() - t0
         if p.returncode == 0:  # it was faster than the Ctrl-C: the network is up, which is fine; take it down
             subprocess.run([sys.executable, "-m", "testbed.cli", "net", "down"], cwd=REPO, env=cli_env(),

@@ -27,6 +27,7 @@ import yaml
 from testbed.network import cleanup
 from testbed.training.supervise import process_state
 from tests.conftest import REPO, cli_env
+from tests.faults.helpers import interruptible, kill_and_clean
 from tests.network.helpers import require_root_tools
 
 pytestmark = [pytest.mark.root, pytest.mark.torch, pytest.mark.slow]
@@ -56,11 +57,7 @@ def _run(spec: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
     try:
         yield p
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-            subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=REPO, env=cli_env(),
-                           capture_output=True, timeout=120)
+        kill_and_clean(p)
 
 
 def _procs(trial_glob: str, role: str) -> list[int]:
@@ -276,19 +273,12 @@ def test_a_read_only_results_directory_is_refused_before_building(tmp_path: Path
     assert _left() == 0, cleanup.leftovers()
 
 
-def _interruptible(argv: list[str]) -> subprocess.Popen[str]:
-    """A CLI process with SIGINT at its default (a background job of a script inherits it ignored)."""
-    return subprocess.Popen([sys.executable, "-m", "testbed.cli", *argv], cwd=REPO, env=cli_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-
-
 @pytest.mark.parametrize("when", ["building", "training", "twice"])
 def test_ctrl_c_stops_a_run_within_seconds_keeps_records_and_exits_130(tmp_path: Path, when: str) -> None:
     require_root_tools()
     assert not cleanup.owned_netns(), "a testbed network is already up"
     spec = _spec(tmp_path)
-    p = _interruptible(["run", str(spec)])
+    p = interruptible(["run", str(spec)])
     try:
         if when == "building":
             deadline = time.monotonic() + 60
@@ -304,11 +294,7 @@ def test_ctrl_c_stops_a_run_within_seconds_keeps_records_and_exits_130(tmp_path:
             p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=60)
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-            subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=REPO, env=cli_env(),
-                           capture_output=True, timeout=120)
+        kill_and_clean(p)
     took = time.monotonic() - t0
     trial = next((tmp_path / "results").glob("flt/*/trials/*"))
     m = _manifest(trial)
@@ -329,7 +315,7 @@ def test_ctrl_c_stops_a_sweep_exits_130_and_the_rerun_resumes(tmp_path: Path) ->
     sweep.write_text(yaml.safe_dump({"name": "flts", "experiment": "exp.yaml",
                                      "grid": {"wan.delay": ["1ms", "2ms"]}}))
     out = tmp_path / "out"
-    p = _interruptible(["sweep", str(sweep), "--out", str(out)])
+    p = interruptible(["sweep", str(sweep), "--out", str(out)])
     try:
         deadline = time.monotonic() + 120
         while not list(out.glob("points/*/trials/*/events/*.worker.*.jsonl")) and time.monotonic() < deadline:
@@ -338,9 +324,7 @@ def test_ctrl_c_stops_a_sweep_exits_130_and_the_rerun_resumes(tmp_path: Path) ->
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=60)
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        kill_and_clean(p)
     took = time.monotonic() - t0
     _report("Ctrl-C during a sweep", took, _left(), err.strip().splitlines()[-1])
     assert p.returncode == 130, err
