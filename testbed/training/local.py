@@ -12,6 +12,7 @@ emulated network: ``jobs/``, ``events/``, ``logs/``, ``metrics.csv``,
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -45,11 +46,47 @@ class LocalResult:
         p = self.out_dir / "logs" / f"{name}.log"
         return p.read_text(errors="replace") if p.exists() else ""
 
+    def diagnosis(self, tail: int = 4000) -> str:
+        """The reason, then the log tail of the process it names first (the one that failed
+        first), then the others': what a failed test should print."""
+        first = self.supervision.first_failure
+        names = sorted(self.returncodes, key=lambda n: (n != first, n))
+        parts = [self.reason]
+        for n in names:
+            parts.append(f"----- {n} (exit {self.returncodes[n]}) -----\n{self.log(n)[-tail:]}")
+        return "\n".join(parts)
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        lo, hi = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_port(host: str = "127.0.0.1", *, attempts: int = 200) -> int:
+    """A port free now and *below* the kernel's ephemeral range.
+
+    Every process of a local trial shares 127.0.0.1, and each outgoing connection (a
+    worker to the parameter server, gloo's pair sockets) takes its local port from the
+    ephemeral range.  A port picked there (bind to 0) can be taken by one of those
+    sockets before rank 0's store or the server binds it, and that rank then dies with
+    "address already in use" (seen once in CI).  Ports below the range are never handed
+    out implicitly, so only an explicit bind can collide, and we checked that one.
+    """
+    lo, _ = _ephemeral_range()
+    first = max(1024, lo - 12000)
+    rng = random.SystemRandom()
+    for _ in range(attempts):
+        port = rng.randrange(first, lo) if lo > first else 0
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise RuntimeError(f"no free port in {first}..{lo - 1} on {host}")
 
 
 def loopback_placement(dcs: Mapping[str, int], ps_dc: str | None = None, address: str = "127.0.0.1",

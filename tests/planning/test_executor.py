@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
-import socket
 import time
 
 import networkx as nx
@@ -25,6 +24,7 @@ import torch.multiprocessing as mp  # noqa: E402
 from testbed.planning.executor import split_bounds  # noqa: E402
 from testbed.planning.model import Plan, Tree, evaluate  # noqa: E402
 from testbed.planning.solver import plan_blp  # noqa: E402
+from testbed.training.local import free_port  # noqa: E402
 
 from ._gloo_worker import WORLD, run_scenarios  # noqa: E402
 
@@ -82,19 +82,13 @@ def _scenarios() -> list[tuple[str, Plan, dict[int, str], dict[str, int] | None,
     ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_executor_matches_all_reduce(tmp_path):
     scenarios = _scenarios()
     errfile = str(tmp_path / "err")
     # forkserver: one clean server process imports torch once and forks the ranks from it
     # (spawn would import torch in each of 6 ranks; plain fork would copy pytest's state)
     multiprocessing.get_context("forkserver").set_forkserver_preload(["tests.planning._gloo_worker"])
-    ctx = mp.start_processes(run_scenarios, args=(_free_port(), scenarios, errfile), nprocs=WORLD, join=False,
+    ctx = mp.start_processes(run_scenarios, args=(free_port(), scenarios, errfile), nprocs=WORLD, join=False,
                              start_method="forkserver")
     deadline = time.monotonic() + 120
     try:

@@ -31,7 +31,7 @@ def cfg(scheme, steps, **extra):
 def run(tmp_path_factory, name, config):
     out = tmp_path_factory.mktemp(name)
     res = run_local(config, DCS, out, timeout_s=150)
-    assert res.ok, (res.reason, {n: res.log(n)[-3000:] for n in res.returncodes})
+    assert res.ok, res.diagnosis()
     return res
 
 
