@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
+from typing import Any
 
 from traffic_control.errors import CapabilityMissing, ValidationError
 
@@ -23,12 +25,28 @@ PLUGINS = (
 )
 
 
+class _Version(argparse.Action):
+    """``--version``: computed when asked (git is not run on every start)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kw: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)  # type: ignore[arg-type]
+
+    def __call__(self, parser: argparse.ArgumentParser, *a: object, **kw: object) -> None:
+        from testbed.provenance import RECORD_FORMAT, git_state, version
+
+        git = git_state()
+        where = f", git {git['commit'][:12]}{' (uncommitted changes)' if git['dirty'] else ''}" if git else ""
+        print(f"testbed {version()}{where}, record format {RECORD_FORMAT}")
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="testbed",
         description="Network-emulation testbed for geo-distributed deep-learning training: emulated data centers "
                     "(Mininet + tc), real PyTorch training with PGCS/BLP, Gsyn and baselines, collectors and figures.",
         epilog="Start with `sudo testbed doctor`, then `sudo testbed net verify three_dc_triangle`.")
+    p.add_argument("--version", action=_Version, help="print the testbed's version and git commit, then exit")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in PLUGINS:
         try:
@@ -41,7 +59,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _show_unit_warnings() -> None:
+    """Ambiguous unit spellings print as ``warning: FIELD: ...`` once each (specs are parsed more than
+    once: preflight, every sweep point), other warnings as Python shows them."""
+    from traffic_control.units import AmbiguousUnit
+
+    seen: set[str] = set()
+    original = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], *rest: Any, **kw: Any) -> None:
+        if issubclass(category, AmbiguousUnit):
+            if str(message) not in seen:
+                seen.add(str(message))
+                print(f"warning: {message}", file=sys.stderr, flush=True)
+            return
+        original(message, category, *rest, **kw)
+
+    warnings.simplefilter("always", AmbiguousUnit)
+    warnings.showwarning = show
+
+
 def main(argv: list[str] | None = None) -> int:
+    _show_unit_warnings()
     try:
         parser = build_parser()
         args = parser.parse_args(argv)

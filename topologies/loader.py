@@ -53,19 +53,64 @@ def load(name_or_path: str | Path | Topology, *, scale: float | None = None) -> 
     return topo
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a mapping with a duplicate key is an error.
+
+    PyYAML keeps the last of two equal keys silently, so a spec with ``rate:`` twice
+    would run with whichever came last; every spec file goes through this loader.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        self.flatten_mapping(node)
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark,
+                    f"a key must be a plain value, not {type(key).__name__} {key!r}", key_node.start_mark) from None
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark,
+                    f"duplicate key {key!r} (first at line {seen[key].line + 1}); keep one", key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r}; keep one")
+        out[k] = v
+    return out
+
+
+def parse_text(text: str, source: str = "", as_json: bool = False) -> Any:
+    """Parse spec text (YAML, or JSON), rejecting duplicate keys; errors are ValidationErrors."""
+    try:
+        if as_json:
+            return json.loads(text, object_pairs_hook=_no_duplicates)
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ValidationError(source or "spec", f"not valid YAML: {where}{e.problem or e.context}",
+                              "fix the file there") from None
+    except (yaml.YAMLError, ValueError) as e:
+        raise ValidationError(source or "spec", f"not valid {'JSON' if as_json else 'YAML'}: {e}",
+                              "fix the file") from None
+
+
 def read_mapping(path: Path) -> Any:
-    """Parse a YAML or JSON file, turning syntax errors into a ValidationError."""
+    """Parse a YAML or JSON file (duplicate keys are errors), errors as ValidationError."""
     try:
         text = path.read_text()
     except OSError as e:
         raise ValidationError(str(path), f"cannot read: {e.strerror}", "check the path") from None
-    try:
-        if path.suffix.lower() == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as e:
-        raise ValidationError(str(path), f"not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {e}",
-                              "fix the syntax") from None
+    return parse_text(text, str(path), as_json=path.suffix.lower() == ".json")
 
 
 def _load_python(path: Path) -> Topology:

@@ -198,6 +198,20 @@ class LinkShape:
 SHAPE_KEYS = ("rate", "delay", "rtt", "jitter", "loss", "reorder", "limit", "mtu", "burst_time", "headroom")
 
 
+def _bare_number(value: Any) -> float:
+    """The number a unit-less value (``20`` or ``"20"``) holds, else NaN (compares false)."""
+    if isinstance(value, bool):
+        return math.nan
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return math.nan
+    return math.nan
+
+
 def parse_shape_fields(data: dict[str, Any], field: str = "") -> dict[str, Any]:
     """Spec keys -> LinkShape keyword arguments, with units parsed and unknown keys rejected.
 
@@ -216,8 +230,7 @@ def parse_shape_fields(data: dict[str, Any], field: str = "") -> dict[str, Any]:
     kw: dict[str, Any] = {}
     for key, value in data.items():
         name = aliases.get(key, key)
-        if key in ("delay", "rtt", "jitter") and isinstance(value, (int, float)) and not isinstance(value, bool) \
-                and value > 1:
+        if key in ("delay", "rtt", "jitter") and _bare_number(value) > 1:
             # a bare number is seconds: `delay: 20` would be 20 s, almost surely meant as 20 ms
             raise ValidationError(at(str(key)), f"bare number {value} means {value} seconds",
                                   f"write the unit, e.g. '{value}ms' (or '{value}s' if you mean seconds)")

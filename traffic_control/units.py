@@ -1,19 +1,40 @@
 """Parsing of the units people write in specs: ``100Mbit``, ``1.5Gbps``, ``10ms``, ``0.5%``.
 
-tc's own conventions are followed where they are unambiguous: ``bit``/``bps``
-suffixes are bits per second, ``Bps`` (capital B) is bytes per second, SI
-prefixes are powers of 1000 for rates and ``KiB``/``MiB`` style prefixes are
-powers of 1024 for sizes.  A bare number is taken in the base unit (bit/s,
-seconds, bytes, percent) so that JSON written by ``to_dict`` reads back
-unchanged.
+The convention (one for every spec field; README "Units"):
+
+* **rates** are bits per second.  ``bit`` words are unambiguous: ``bit``,
+  ``kbit``, ``Mbit``, ``Gbit``, ``Tbit`` (SI prefixes, powers of 1000, prefix
+  case ignored).  Bytes per second need a capital ``B`` followed by ``ps``:
+  ``Bps``, ``KBps``, ``MBps``, ``GBps``.
+* ``kbps``/``Mbps``/``Gbps`` (and a bare ``k``/``m``/``g`` or ``kb``/``mb``)
+  are read as **bits** per second, as networking papers write them; but tc
+  reads ``mbps`` as *megabytes* per second, so these spellings are accepted
+  with an :class:`AmbiguousUnit` warning that says how they were read.
+* ``KB``/``MB``/``GB`` (capital B, no ``ps``) are sizes: as a rate they are an
+  error, never silently megabits.
+* **durations** are seconds: ``s``, ``ms``, ``us``, ``ns``, ``min``;
+  **sizes** are bytes with SI (``KB``, ``MB``: 1000) or binary (``KiB``,
+  ``MiB``: 1024) prefixes; **loss** is a percentage (``0.5%`` or ``0.5``).
+* a bare number is taken in the base unit (bit/s, seconds, bytes, percent) so
+  that JSON written by ``to_dict`` reads back unchanged; a string holding only
+  a number (``"20"``) is the same number.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import warnings
 
 from .errors import ValidationError
+
+
+class AmbiguousUnit(UserWarning):
+    """A unit spelling that tools read differently (``mbps``: megabits here, megabytes in tc)."""
+
+
+#: spellings read as bit/s that another convention reads otherwise (lower-cased)
+_AMBIGUOUS_RATE = {"bps", "kbps", "mbps", "gbps", "tbps", "b", "k", "m", "g", "kb", "mb", "gb"}
 
 _NUM = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 
@@ -61,9 +82,18 @@ def parse_rate(value: object, field: str = "rate") -> float:
     num, unit = _split(field, value, "rate", "'100Mbit' or '1Gbit'")
     if unit in _BYTE_RATE_UNITS:
         return num * _BYTE_RATE_UNITS[unit]
+    if unit in ("KB", "MB", "GB", "TB", "B"):
+        raise ValidationError(field, f"{value!r} is a size (bytes), not a rate",
+                              f"write {num:g}{unit[:-1]}bit for bits per second or {num:g}{unit}ps for bytes per second")
     factor = _RATE_UNITS.get(unit.lower())
     if factor is None:
         raise ValidationError(field, f"unknown rate unit {unit!r}", "use bit, kbit, Mbit, Gbit (or Bps for bytes/s)")
+    if unit.lower() in _AMBIGUOUS_RATE:
+        bits = format_rate(num * factor)
+        warnings.warn(AmbiguousUnit(
+            f"{field}: {value!r} read as {bits} (bits per second); tc would read "
+            f"{unit!r} as bytes per second - write {bits!r} (bits) or '{num * factor / 8e6:g}MBps' (bytes) "
+            "to say which"), stacklevel=2)
     return num * factor
 
 

@@ -28,9 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def gsyn_plan_cmd(args: argparse.Namespace) -> int:
-    import yaml
-
     from testbed.training.gsyn_plan import format_plan, load_spec, plan
+    from topologies.loader import parse_text
 
     path = Path(args.spec)
     try:
@@ -39,11 +38,8 @@ def gsyn_plan_cmd(args: argparse.Namespace) -> int:
         print(f"error: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     try:
-        data = yaml.safe_load(text)
+        data = parse_text(text, str(path), as_json=path.suffix.lower() == ".json")
         result = plan(load_spec(data))
-    except yaml.YAMLError as exc:
-        print(f"error: {path}: not YAML/JSON: {exc}", file=sys.stderr)
-        return 2
     except ValidationError as exc:
         print(f"error: {path}: {exc}", file=sys.stderr)
         return 2

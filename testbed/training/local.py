@@ -133,13 +133,13 @@ def run_local(cfg: Mapping[str, Any] | TrainingConfig, dcs: Mapping[str, int] | 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m testbed.training.local SPEC.yaml [OUT_DIR]``: run the spec's training section on loopback."""
-    import yaml
+    from topologies.loader import read_mapping
 
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
         print("usage: python -m testbed.training.local SPEC.yaml [OUT_DIR] [dc=count ...]", file=sys.stderr)
         return 2
-    spec = yaml.safe_load(Path(argv[0]).read_text())
+    spec = read_mapping(Path(argv[0]))
     section = spec.get("training", spec) if isinstance(spec, Mapping) else spec
     out = argv[1] if len(argv) > 1 and "=" not in argv[1] else None
     dcs = {k: int(v) for k, v in (a.split("=", 1) for a in argv[1:] if "=" in a)} or None

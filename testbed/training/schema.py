@@ -85,6 +85,10 @@ def _convert(value: Any, tp: Any, field: str) -> Any:
         if isinstance(value, bool):
             return value
         raise ValidationError(field, f"expected true/false, got {value!r}", "write true or false")
+    unit = _unit_parser(field, tp)
+    if unit is not None and isinstance(value, str):  # `wall_s: 2min`, `grad_bytes: 4KiB` (traffic_control.units)
+        parsed = unit(value, field)
+        return int(parsed) if tp is int else float(parsed)
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -100,6 +104,23 @@ def _convert(value: Any, tp: Any, field: str) -> Any:
             return value
         raise ValidationError(field, f"expected a string, got {value!r}", "write a string")
     raise TypeError(f"schema: unsupported annotation {tp!r} at {field}")  # programming error
+
+
+def _unit_parser(field: str, tp: Any) -> Any:
+    """Numeric fields named ``*_s`` (seconds), ``*_bytes`` and ``*_bps`` also take the unit
+    strings every other spec field takes, so one convention holds everywhere."""
+    if tp not in (int, float):
+        return None
+    from traffic_control.units import parse_rate, parse_size, parse_time
+
+    name = field.rsplit(".", 1)[-1]
+    if name.endswith("_s"):
+        return parse_time
+    if name.endswith("_bytes"):
+        return parse_size
+    if name.endswith("_bps"):
+        return parse_rate
+    return None
 
 
 def from_mapping(cls: type[T], data: Any, field: str = "") -> T:

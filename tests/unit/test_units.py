@@ -17,7 +17,7 @@ from traffic_control.units import (
 
 
 @pytest.mark.parametrize("text,bps", [
-    ("100Mbit", 100e6), ("1Gbit", 1e9), ("1.5Gbps", 1.5e9), ("40Gbit", 40e9), ("512kbit", 512e3),
+    ("100Mbit", 100e6), ("1Gbit", 1e9), ("40Gbit", 40e9), ("512kbit", 512e3),
     ("100 Mbit", 100e6), ("10mbit", 10e6), ("12.5MBps", 100e6), ("1000", 1000.0), (1e9, 1e9),
     (250000, 250000.0), ("2e6bit", 2e6), ("1Tbit", 1e12),
 ])
