@@ -2,6 +2,8 @@
 # missing first (scripts/bootstrap.sh is idempotent and fast when done).
 SHELL := /bin/bash
 VENV ?= .venv
+# Scripts see the same venv: `sudo make VENV=/opt/venv test` works although sudo drops the environment.
+export VENV
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.bootstrap-stamp
 

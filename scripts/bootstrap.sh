@@ -86,6 +86,14 @@ if ! "$VENV/bin/python" -m testbed.lab --prepare --quiet; then
   log "kernel lab not prepared now (it retries on first use)"
 fi
 
+# Under sudo, the venv and the editable install's metadata belong to the user who typed it
+# (who can then pip install into it); only entries still owned by root are changed.
+if [ -n "${SUDO_UID:-}" ] && [ "${SUDO_UID}" != 0 ] && [ "$(id -u)" = 0 ]; then
+  for p in "$VENV" "$here"/*.egg-info; do
+    [ -e "$p" ] && find "$p" -uid 0 -exec chown -h "$SUDO_UID:${SUDO_GID:-$SUDO_UID}" {} + 2>/dev/null || true
+  done
+fi
+
 # `sudo testbed ...` from anywhere
 ln -sf "$VENV/bin/testbed" /usr/local/bin/testbed
 

@@ -10,7 +10,7 @@
 # It says which way step 2 went, and exits non-zero if any step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY="${PY:-.venv/bin/python}"
+PY="${PY:-${VENV:-.venv}/bin/python}"   # make exports VENV (sudo make VENV=... test)
 export PYTHONDONTWRITEBYTECODE=1
 export TESTBED_LEFTOVER_CHECK=1   # fail a pytest session that leaves tb-* objects behind
 status=0

@@ -10,10 +10,15 @@ results directory.  No traceback reaches the user unless ``--traceback``.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from testbed.collect.trace import GZIP_THRESHOLD_BYTES
+
+if TYPE_CHECKING:
+    from testbed.analysis.report import Report
 
 
 def _steps(text: str) -> tuple[int, int]:
@@ -44,6 +49,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default %(default)g)")
     p.add_argument("-q", "--quiet", action="store_true", help="print only problems")
     p.add_argument("--traceback", action="store_true", help="show tracebacks of internal errors")
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON summary on stdout instead (kind, summary table rows, outputs, "
+                        "warnings, missing records, errors)")
+
+
+def as_json(rep: Report) -> dict[str, object]:
+    """The report's outcome as one JSON object (``--json``)."""
+    return {
+        "kind": rep.kind, "path": str(rep.root), "summary_md": str(rep.summary) if rep.summary else None,
+        "summary": rep.summary_rows,
+        "figures": sorted(str(p) for p in rep.outputs if p.suffix == ".pdf"),
+        "tables": sorted(str(p) for p in rep.outputs if p.suffix == ".csv"),
+        "traces": sorted(str(p) for p in rep.outputs if p.name.startswith("trace.json")),
+        "warnings": rep.warnings, "missing": rep.missing, "skipped": rep.skipped, "errors": rep.errors,
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
     opts = Options(target_loss=args.target_loss, target_acc=args.target_acc, steps=args.steps,
                    traces=not args.no_trace, gzip_threshold=int(args.gzip_mb * 2**20),
                    show_traceback=args.traceback)
+    from testbed.ownership import hand_over, invoking_user
+
     try:
         rep = report(path, opts)
     except Exception as exc:  # last resort: the report must never end in a traceback
@@ -67,10 +89,19 @@ def run(args: argparse.Namespace) -> int:
         if args.traceback:
             raise
         return 1
+    finally:  # under sudo: what the report wrote belongs to whoever owns the results directory
+        owner = invoking_user()
+        if owner is not None and path.stat().st_uid == owner[0]:
+            hand_over([path], owner)
     if rep.kind == "unknown":
         for e in rep.errors:
             print(f"testbed report: {e}", file=sys.stderr)
         return 2
+    for w in rep.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(as_json(rep), indent=2, default=str))
+        return 1 if rep.errors or rep.summary is None else 0
     if not args.quiet:
         n_fig = sum(1 for p in rep.outputs if p.suffix == ".pdf")
         n_tab = sum(1 for p in rep.outputs if p.suffix == ".csv")

@@ -18,6 +18,7 @@ Manifest keys it reads when present (none is required):
 
 from __future__ import annotations
 
+import json
 import math
 import traceback
 from collections.abc import Callable
@@ -43,13 +44,18 @@ class Report:
     missing: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: what makes the numbers questionable without being missing (runs of different specs pooled)
+    warnings: list[str] = field(default_factory=list)
     summary: Path | None = None
+    #: the per-scheme summary table's rows (what summary.md shows), for ``--json``
+    summary_rows: list[dict[str, Any]] = field(default_factory=list)
 
     def merge(self, other: Report, prefix: str = "") -> None:
         self.outputs += other.outputs
         self.missing += [prefix + m for m in other.missing]
         self.skipped += [prefix + m for m in other.skipped]
         self.errors += [prefix + m for m in other.errors]
+        self.warnings += [prefix + m for m in other.warnings]
 
 
 @dataclass
@@ -205,6 +211,8 @@ def summary_markdown(root: Path, kind: str, summary: pd.DataFrame, trials: pd.Da
     if traces:
         lines += [f"Traces: {len(traces)} (`trials/*/trace.json[.gz]`; open in ui.perfetto.dev "
                   "or chrome://tracing).", ""]
+    if rep.warnings:
+        lines += ["## Warnings", ""] + [f"- {w}" for w in rep.warnings] + [""]
     if rep.missing or rep.skipped or rep.errors:
         lines += ["## Missing or damaged records", ""]
         lines += [f"- {m}" for m in rep.missing] or ["- none"]
@@ -317,6 +325,7 @@ def _report_tables(root: Path, kind: str, t: tables.Tables, manifests: list[dict
             rep.skipped.extend(written[1])
     summary = tabs.get("summary", pd.DataFrame())
     trials = tabs.get("trials", pd.DataFrame())
+    rep.summary_rows = _records(summary)
     text = summary_markdown(root, kind, summary, trials, target_text, rep,
                             ["scheme"] + sweep_cols if not summary.empty else [])
     path = root / "summary.md"
@@ -326,6 +335,21 @@ def _report_tables(root: Path, kind: str, t: tables.Tables, manifests: list[dict
         rep.outputs.append(path)
     except OSError as exc:
         rep.errors.append(f"summary.md: {exc}")
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as plain JSON values (NaN -> None)."""
+    out = []
+    for row in df.to_dict(orient="records"):
+        clean: dict[str, Any] = {}
+        for k, v in row.items():
+            if isinstance(v, float) and math.isnan(v):
+                v = None
+            elif hasattr(v, "item"):  # numpy scalar
+                v = v.item()
+            clean[str(k)] = v
+        out.append(clean)
+    return out
 
 
 def report_run(path: Path, opts: Options | None = None) -> Report:
@@ -370,8 +394,37 @@ def report_experiment(path: Path, opts: Options | None = None) -> Report:
         rep.skipped += [f"{rd.name}: {s}" for s in sub.skipped]
     t = tables.load(path)
     manifests = [read_json(rd / "manifest.json")[0] for rd in runs]
+    rep.warnings += pooling_warnings(runs, manifests)
     _report_tables(path, "experiment", t, manifests, rep, opts)
     return rep
+
+
+def pooling_warnings(runs: list[Path], manifests: list[dict[str, Any]]) -> list[str]:
+    """Runs pooled into one row must be the same experiment: warn when runs with the same sweep
+    point (or no sweep) carry different spec hashes (an edited spec or topology file), or were
+    made by different code (git commit) - their trials would otherwise be averaged silently."""
+    out: list[str] = []
+    groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for rd, m in zip(runs, manifests, strict=True):
+        key = json.dumps(m.get("sweep") or {}, sort_keys=True, default=str)
+        groups.setdefault(key, []).append((rd.name, m))
+    for key, members in groups.items():
+        where = "" if key == "{}" else f" (sweep point {key})"
+        hashes: dict[str, list[str]] = {}
+        for name, m in members:
+            hashes.setdefault(str(m.get("spec_hash", "?")), []).append(name)
+        if len(hashes) > 1:
+            out.append("runs with different specs are pooled" + where + ": "
+                       + "; ".join(f"spec {h}: {', '.join(n)}" for h, n in sorted(hashes.items()))
+                       + " - report each run directory on its own, or rerun them from one spec")
+        commits: dict[str, list[str]] = {}
+        for name, m in members:
+            git = (m.get("provenance") or {}).get("git") or {}
+            commits.setdefault(str(git.get("commit", "?"))[:12], []).append(name)
+        if len(commits) > 1:
+            out.append("runs made by different code are pooled" + where + ": "
+                       + "; ".join(f"commit {c}: {', '.join(n)}" for c, n in sorted(commits.items())))
+    return out
 
 
 def report(path: Path, opts: Options | None = None) -> Report:

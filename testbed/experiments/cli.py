@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -62,11 +63,28 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.repetitions < 1:
             raise ValidationError("--repetitions", f"must be at least 1, got {args.repetitions}", "e.g. --repetitions 3")
         spec.repetitions = args.repetitions
+    return _run_spec(spec, as_json=getattr(args, "json", False))
+
+
+def _run_spec(spec: Any, as_json: bool = False, run_dir: Path | None = None,
+              extra: dict[str, Any] | None = None) -> int:
+    """Preflight, run every trial, print the summary (a table, or JSON on stdout); the exit status."""
+    from ..ownership import hand_over, missing_parents
+    from .runner import new_run_dir
+
+    fresh = missing_parents(Path(spec.results_dir) / spec.name)
     preflight(spec)
     _announce_netem(spec)
-    res = run_experiment(spec)
-    print(summary_table(res))
-    print(f"\nresults: {res.dir}")
+    run_dir = run_dir or new_run_dir(spec)
+    try:
+        res = run_experiment(spec, run_dir=run_dir, extra_manifest=extra)
+    finally:  # under sudo, the results belong to the user who typed it (also after Ctrl-C)
+        hand_over([fresh[-1] if fresh else run_dir])
+    if as_json:
+        print(json.dumps(run_json(res), indent=2, default=str))
+    else:
+        print(summary_table(res))
+        print(f"\nresults: {res.dir}")
     if res.disk_error:
         _say(f"error: {res.disk_error}")
         return 1
@@ -91,19 +109,64 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except RecordsUnwritable as e:
         _say(f"error: {e}")
         return 1
-    print(f"sweep results: {out}")
-    failed = []
-    for d in (out / "points").glob("*/done.json"):
-        import json
-
-        failed += json.loads(d.read_text()).get("failed", [])
+    points = [json.loads(d.read_text()) | {"dir": str(d.parent)} for d in sorted((out / "points").glob("*/done.json"))]
+    failed = [f for p in points for f in p.get("failed", [])]
+    if args.json:
+        print(json.dumps({"results": str(out), "sweep_csv": str(out / "sweep.csv") if (out / "sweep.csv").exists()
+                          else None, "points": points, "failed": failed}, indent=2, default=str))
+    else:
+        print(f"sweep results: {out}")
     return 1 if failed else 0
+
+
+def run_json(res: Any) -> dict[str, Any]:
+    """``run --json``: where the results are and how each trial ended."""
+    return {"results": str(res.dir), "interrupted": res.interrupted, "disk_error": res.disk_error or None,
+            "trials": [{"label": t.label, "rep": t.rep, "status": t.status, "reason": t.reason,
+                        "wall_s": round(t.wall_s, 3), "dir": str(t.dir), "last": t.last} for t in res.trials],
+            "summary": str(res.dir / "summary.md") if (res.dir / "summary.md").exists() else None}
+
+
+def cmd_rerun(args: argparse.Namespace) -> int:
+    """Rerun a run from its manifest alone; print what differs from then (code, libraries, kernel)."""
+    from ..provenance import differences, provenance
+    from .spec import parse_experiment
+
+    run_dir = Path(args.run_dir)
+    mpath = run_dir / "manifest.json"
+    if not mpath.is_file():
+        raise ValidationError("RUN_DIR", f"{run_dir} has no manifest.json",
+                              "give a run directory: results/<experiment>/<stamp> (not a trial or experiment dir)")
+    try:
+        manifest = json.loads(mpath.read_text())
+    except (OSError, ValueError) as e:
+        raise ValidationError("RUN_DIR", f"{mpath} is unreadable: {e}", "rerun needs an intact run manifest") from None
+    resolved = manifest.get("resolved_spec")
+    if not isinstance(resolved, dict):
+        raise ValidationError("RUN_DIR", f"{mpath} has no resolved_spec (written before record format 2)",
+                              "rerun its spec file instead: testbed run SPEC")
+    spec = parse_experiment(resolved, source=str(mpath))
+    if manifest.get("spec_hash") and spec.spec_hash != manifest["spec_hash"]:
+        raise ValidationError("RUN_DIR", f"the manifest's spec hashes to {spec.spec_hash}, it recorded "
+                              f"{manifest['spec_hash']}", "the manifest was edited or this testbed reads specs "
+                              "differently; run the spec file with `testbed run`")
+    spec.sweep_point = manifest.get("sweep") or {}
+    spec.results_dir = args.results or str(run_dir.resolve().parent.parent)  # default: beside the original
+    diffs = differences(manifest.get("provenance") or {}, provenance(with_capabilities=True))
+    _say(f"rerun of {run_dir} (spec {spec.spec_hash}, seed {spec.seed}, {spec.repetitions} repetition(s))")
+    for line in diffs or ["nothing differs: same code, libraries, kernel and capabilities"]:
+        _say(f"  {line}")
+    if diffs and args.strict:
+        _say("error: --strict and the machine or code differ from the original run; nothing was run")
+        return 2
+    return _run_spec(spec, as_json=args.json, extra={"rerun_of": str(run_dir.resolve()),
+                                                     "rerun_differences": diffs})
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     name = "demo_reduced" if args.reduced else "demo"
     _say(f"demo: {'reduced ' if args.reduced else ''}default experiment ({name}.yaml) on three_dc_triangle")
-    ns = argparse.Namespace(experiment=name, results=args.results, repetitions=None)
+    ns = argparse.Namespace(experiment=name, results=args.results, repetitions=None, json=False)
     return cmd_run(ns)
 
 
@@ -133,9 +196,27 @@ def register(sub: Any) -> None:
                                       "writes sweep.csv with means and 95%% CIs and the sweep figures",
                         epilog="exit status and bounds as for `testbed run` (every point is checked before "
                                "the first runs); 130 on Ctrl-C: rerun the same command to resume.")
+    run.add_argument("--json", action="store_true",
+                     help="print the outcome as JSON on stdout (results dir, each trial's status); "
+                          "progress stays on stderr")
     sw.add_argument("sweep", help="sweep YAML")
     sw.add_argument("--out", help="output folder (default results/<name>/sweep)")
+    sw.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout")
     sw.set_defaults(func=cmd_sweep)
+    rr = sub.add_parser("rerun", help="rerun a run from its manifest alone (same resolved spec, seeds and "
+                                      "repetitions); prints what differs since: code, libraries, kernel",
+                        description="Rerun RUN_DIR's experiment from RUN_DIR/manifest.json alone: the spec with "
+                                    "its topology inlined, the same seeds and repetitions. The new run goes "
+                                    "beside the original (or under --results) and its manifest names the "
+                                    "original (rerun_of) and the differences printed.",
+                        epilog="exit status as for `testbed run`; 2 also for a directory without a usable "
+                               "manifest, or --strict with differences.")
+    rr.add_argument("run_dir", metavar="RUN_DIR", help="a run directory: results/<experiment>/<stamp>")
+    rr.add_argument("--results", help="results root for the new run (default: beside the original)")
+    rr.add_argument("--strict", action="store_true",
+                    help="refuse (exit 2) when the code, libraries, kernel or capabilities differ")
+    rr.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout")
+    rr.set_defaults(func=cmd_rerun)
     demo = sub.add_parser("demo", help="the built-in demo: three_dc_triangle, BSP/ASP/SSP/Gsyn/PGCS+BLP, figures")
     demo.add_argument("--reduced", action="store_true", help="the short form make test runs")
     demo.add_argument("--results", help="results root (default results/)")

@@ -18,8 +18,9 @@ from typing import Any
 
 from traffic_control.files import write_json_atomic
 
+from ..provenance import provenance
 from .spec import ExperimentSpec
-from .trial import TrialResult, run_trial, versions
+from .trial import TrialResult, run_trial
 
 
 class Progress:
@@ -84,7 +85,8 @@ def new_run_dir(spec: ExperimentSpec, root: Path | None = None) -> Path:
     return d
 
 
-def run_experiment(spec: ExperimentSpec, run_dir: Path | None = None, report: bool = True) -> RunResult:
+def run_experiment(spec: ExperimentSpec, run_dir: Path | None = None, report: bool = True,
+                   extra_manifest: dict[str, Any] | None = None) -> RunResult:
     run_dir = run_dir or new_run_dir(spec)
     run_dir.mkdir(parents=True, exist_ok=True)
     trials = [(s, r) for r in range(spec.repetitions) for s in spec.schemes]
@@ -99,8 +101,12 @@ def run_experiment(spec: ExperimentSpec, run_dir: Path | None = None, report: bo
         prog.log("Ctrl-C: stopping the current trial and keeping its records (again to abort at once)")
 
     old = signal.signal(signal.SIGINT, on_sigint)
-    manifest = {"experiment": spec.name, "spec_hash": spec.spec_hash, "spec": spec.raw, "versions": versions(),
-                "start": time.time(), "trials": []}
+    manifest = {"experiment": spec.name, "spec_hash": spec.spec_hash, "spec": spec.raw,
+                "resolved_spec": spec.resolved(), "provenance": provenance(with_capabilities=True),
+                "argv": sys.argv, "start": time.time(), "trials": []}
+    if spec.sweep_point:
+        manifest["sweep"] = spec.sweep_point
+    manifest.update(extra_manifest or {})
     try:
         for scheme, rep in trials:
             if interrupted["flag"]:

@@ -41,6 +41,8 @@ from ..network.emulation import IMPAIRMENTS
 #: a worker without progress this long (no span, and no CPU time before its first) fails its trial
 DEFAULT_STALL_S = 180.0
 
+#: keys that do not change what a trial is (how many, where stored, prose): not hashed
+HASH_EXEMPT = ("repetitions", "results_dir", "description")
 KEYS = ("name", "description", "topology", "scale", "impairment", "allow_missing_netem", "repetitions", "seed",
         "timeout", "stall", "training", "schemes", "collectors", "results_dir", "schedule")
 COLLECTOR_KEYS = ("rate_hz", "links", "procs", "trace")
@@ -76,10 +78,25 @@ class ExperimentSpec:
     raw: dict[str, Any] = field(default_factory=dict)
     schedule: list[Any] = field(default_factory=list)  # traffic_control.schedule.LinkEvent, played per trial
     stall_s: float = 180.0  # a primary process without progress this long fails the trial (named)
+    #: the sweep point this experiment is (``{param: value}``, SI units; empty outside a sweep)
+    sweep_point: dict[str, Any] = field(default_factory=dict)
 
     @property
     def spec_hash(self) -> str:
-        return hashlib.sha256(json.dumps(self.raw, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        """Hash of the resolved spec: equal for a run and its rerun, different when the topology
+        file behind a name changed (the network differs, so runs must not pool silently)."""
+        same = {k: v for k, v in self.resolved().items() if k not in HASH_EXEMPT}
+        return hashlib.sha256(json.dumps(same, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def resolved(self) -> dict[str, Any]:
+        """The spec as a self-contained mapping: the topology inlined (with its ``scale``), so
+        ``testbed rerun`` needs nothing but the manifest, even if the topology file changed."""
+        out = copy.deepcopy(self.raw)
+        out["topology"] = self.topology.to_dict()
+        out.pop("scale", None)
+        out["name"] = self.name
+        out["repetitions"] = self.repetitions  # after a --repetitions override
+        return out
 
     def workers(self) -> list[tuple[str, str]]:
         """(host, dc) of every trainer host in rank order."""

@@ -18,12 +18,9 @@ where it stopped and never redoes finished points.
 from __future__ import annotations
 
 import copy
-import csv
 import hashlib
-import io
 import itertools
 import json
-import math
 import re
 import time
 from pathlib import Path
@@ -33,11 +30,35 @@ from topologies.loader import read_mapping
 from traffic_control.errors import ValidationError, check_keys
 from traffic_control.files import write_atomic, write_json_atomic
 from traffic_control.shape import SHAPE_KEYS
+from traffic_control.units import parse_percent, parse_rate, parse_time
 
+from ..ownership import hand_over, missing_parents
 from .runner import RecordsUnwritable, run_experiment
 from .spec import parse_experiment
 
-SWEEP_KEYS = ("name", "experiment", "grid", "repetitions", "results_dir", "metric")
+SWEEP_KEYS = ("name", "experiment", "grid", "repetitions", "results_dir")
+
+#: wan.<field> -> (manifest name, parser to SI units); the report labels these axes (report.SWEEP_X)
+_WAN_SI = {"rate": ("rate_bps", parse_rate), "delay": ("delay_s", parse_time), "rtt": ("rtt_s", parse_time),
+           "jitter": ("jitter_s", parse_time), "loss": ("loss_pct", parse_percent)}
+
+
+def sweep_values(point: dict[str, Any]) -> dict[str, Any]:
+    """A grid point as the manifest's ``sweep`` block: ``{param: value}`` with WAN fields in SI
+    units (``wan.rate: 20Mbit`` -> ``rate_bps: 2e7``) and other paths by their last component
+    (``training.scheme.groups`` -> ``groups``; the full path when two would clash)."""
+    out: dict[str, Any] = {}
+    lasts = [k.split(".")[-1] for k in point]
+    for k, v in point.items():
+        if k.startswith("wan.") and k[4:] in _WAN_SI:
+            name, parse = _WAN_SI[k[4:]]
+            out[name] = parse(v, f"grid.{k}")
+        else:
+            last = k.split(".")[-1]
+            name = last if lasts.count(last) == 1 and last not in out else k
+            out[name] = v if isinstance(v, (int, float, str, bool)) or v is None else json.dumps(v)
+    return out
+
 
 
 def _set_path(d: dict[str, Any], dotted: str, value: Any, field: str) -> None:
@@ -156,6 +177,15 @@ def run_sweep(path: str | Path, out: Path | None = None, log: Any = print, limit
         for _, exp in points:
             preflight(parse_experiment(exp, source=str(path)))
     out = out or Path(sweep.get("results_dir", "results")) / name / "sweep"
+    fresh = missing_parents(out)
+    try:
+        return _run_points(out, sweep, points, log, limit, path)
+    finally:  # under sudo, the results belong to the user who typed it (also after Ctrl-C)
+        hand_over([fresh[-1] if fresh else out])
+
+
+def _run_points(out: Path, sweep: dict[str, Any], points: list[tuple[dict[str, Any], dict[str, Any]]],
+                log: Any, limit: int | None, path: Path) -> Path:
     try:
         (out / "points").mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -176,6 +206,7 @@ def run_sweep(path: str | Path, out: Path | None = None, log: Any = print, limit
             shutil.rmtree(pdir)
         log(f"point {i + 1}/{len(points)} {point}")
         spec = parse_experiment(exp, source=str(path))
+        spec.sweep_point = sweep_values(point)
         res = run_experiment(spec, run_dir=pdir, report=False)
         ran += 1
         if res.disk_error:
@@ -185,66 +216,32 @@ def run_sweep(path: str | Path, out: Path | None = None, log: Any = print, limit
             raise SweepInterrupted(out)
         write_json_atomic(pdir / "done.json", {"point": point, "finished": time.time(),
                                                "failed": [f"{t.label}-r{t.rep}" for t in res.failed]})
-    summarise(out, points)
+    summarise(out, points, log)
     return out
 
 
-def _trial_stats(tdir: Path) -> dict[str, float] | None:
-    p = tdir / "metrics.csv"
-    if not p.exists():
-        return None
-    rows = list(csv.DictReader(p.open()))
-    if not rows:
-        return None
-    last = rows[-1]
-    try:
-        wall = float(last["wall_s"])
-        steps = float(last["step"])
-        loss = float(last["loss"]) if last.get("loss") not in (None, "") else math.nan
-    except (KeyError, ValueError):
-        return None
-    return {"wall_s": wall, "steps": steps, "throughput": steps / wall if wall > 0 else math.nan, "loss": loss}
+def summarise(out: Path, points: list[tuple[dict[str, Any], dict[str, Any]]], log: Any = print) -> Path:
+    """Report on every point (figures per point, sweep figures) and write ``sweep.csv``.
 
+    ``sweep.csv`` *is* the report's summary table of ``points/`` (one row per scheme and
+    sweep value: time to target, throughput, sync shares, staleness, WAN bytes, final loss,
+    each with its Student-t 95 % CI half-width and n), so a sweep and a report can never
+    disagree on a definition (docs/CONTRACTS.md "Definitions").
+    """
+    from ..analysis.report import Options, report
 
-def mean_ci(values: list[float]) -> tuple[float, float]:
-    """Mean and half-width of the 95 % confidence interval (Student t; :mod:`testbed.analysis.stats`)."""
-    from ..analysis.stats import ci95
-
-    mean, half, _ = ci95(values)
-    return mean, half
-
-
-def summarise(out: Path, points: list[tuple[dict[str, Any], dict[str, Any]]]) -> Path:
-    """``sweep.csv``: per point and scheme, mean and 95 % CI of throughput, final loss and wall time."""
-    rows = []
-    for point, _ in points:
-        pdir = out / "points" / point_id(point)
-        by_label: dict[str, list[dict[str, float]]] = {}
-        for tdir in sorted((pdir / "trials").glob("*-r*")):
-            label = tdir.name.rsplit("-r", 1)[0]
-            st = _trial_stats(tdir)
-            if st:
-                by_label.setdefault(label, []).append(st)
-        for label, sts in by_label.items():
-            row: dict[str, Any] = {**{k: v for k, v in point.items()}, "scheme": label, "n": len(sts)}
-            for metric in ("throughput", "loss", "wall_s"):
-                m, ci = mean_ci([s[metric] for s in sts])
-                row[f"{metric}_mean"], row[f"{metric}_ci95"] = m, ci
-            rows.append(row)
     path = out / "sweep.csv"
-    if rows:
-        cols: list[str] = []
-        for r in rows:
-            cols += [c for c in r if c not in cols]
-        buf = io.StringIO(newline="")
-        w = csv.DictWriter(buf, fieldnames=cols)
-        w.writeheader()
-        w.writerows(rows)
-        write_atomic(path, buf.getvalue())
     try:
-        from ..analysis.report import Options, report
-
-        report(out / "points", Options(traces=False))
-    except Exception as e:  # the sweep's records and sweep.csv stand on their own
-        print(f"sweep report failed: {e} (rerun: testbed report {out / 'points'})")
+        rep = report(out / "points", Options(traces=False))
+    except Exception as e:  # the points' own records stand on their own
+        log(f"sweep report failed: {type(e).__name__}: {e} (rerun: testbed report {out / 'points'})")
+        return path
+    table = out / "points" / "tables" / "summary.csv"
+    if table.is_file():
+        text = table.read_text()
+        header, _, rest = text.partition("\n")
+        write_atomic(path, ",".join(c.removeprefix("sweep_") for c in header.split(",")) + "\n" + rest)
+    else:
+        log("sweep: no summary table (no trial produced records)"
+            + (f"; {'; '.join(rep.errors[:3])}" if getattr(rep, "errors", None) else ""))
     return path

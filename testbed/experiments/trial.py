@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from typing import Any
 from traffic_control.files import write_atomic, write_json_atomic
 
 from ..network.emulation import EmulatedNetwork
+from ..provenance import provenance
 from ..training.supervise import ProcSpec, Supervisor
 from .spec import ExperimentSpec, SchemeRun
 
@@ -56,22 +56,6 @@ class TrialResult:
     reason: str = ""
     wall_s: float = 0.0
     last: dict[str, Any] = field(default_factory=dict)
-
-
-def versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for mod in ("torch", "pyroute2", "numpy", "scipy", "networkx", "matplotlib"):
-        try:
-            out[mod] = str(__import__(mod).__version__)
-        except Exception:
-            out[mod] = "missing"
-    try:
-        import mininet.net
-
-        out["mininet"] = getattr(mininet.net, "VERSION", "?")
-    except Exception:
-        out["mininet"] = "missing"
-    return out
 
 
 def _tail_metrics(trial_dir: Path) -> dict[str, Any]:
@@ -113,8 +97,8 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
     manifest: dict[str, Any] = {
         "experiment": spec.name, "label": scheme.label, "scheme": scheme.label, "rep": rep,
         "spec_hash": spec.spec_hash, "spec": spec.raw, "training": training, "seed": training["seed"],
-        "topology": spec.topology.to_dict(), "versions": versions(), "kernel": platform.release(),
-        "argv": sys.argv, "start": time.time(),
+        "topology": spec.topology.to_dict(), "provenance": provenance(), "argv": sys.argv,
+        "start": time.time(), **({"sweep": spec.sweep_point} if spec.sweep_point else {}),
     }
     target = (training.get("stop") or {}).get("target")
     if isinstance(target, dict) and target.get("metric") in ("loss", "acc"):
