@@ -19,38 +19,9 @@ from typing import Any
 from traffic_control.files import write_json_atomic
 
 from ..provenance import provenance
+from .progress import Progress
 from .spec import ExperimentSpec
 from .trial import TrialResult, run_trial
-
-
-class Progress:
-    """One live status line on a terminal (plain lines otherwise)."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.done = 0
-        self.tty = sys.stderr.isatty()
-        self._last = ""
-
-    def bar(self) -> str:
-        width = 20
-        filled = int(width * self.done / max(1, self.total))
-        return f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total}"
-
-    def update(self, msg: str) -> None:
-        line = f"{self.bar()} {msg}"
-        if self.tty:
-            sys.stderr.write("\r\033[K" + line[:160])
-            sys.stderr.flush()
-        elif line != self._last and int(time.time()) % 5 == 0:
-            print(line, file=sys.stderr, flush=True)
-        self._last = line
-
-    def log(self, msg: str) -> None:
-        if self.tty:
-            sys.stderr.write("\r\033[K")
-        print(msg, file=sys.stderr, flush=True)
-
 
 #: errors of the results' file system that end a run (every later trial would fail the same way)
 DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO}
@@ -86,11 +57,11 @@ def new_run_dir(spec: ExperimentSpec, root: Path | None = None) -> Path:
 
 
 def run_experiment(spec: ExperimentSpec, run_dir: Path | None = None, report: bool = True,
-                   extra_manifest: dict[str, Any] | None = None) -> RunResult:
+                   extra_manifest: dict[str, Any] | None = None, heading: str = "") -> RunResult:
     run_dir = run_dir or new_run_dir(spec)
     run_dir.mkdir(parents=True, exist_ok=True)
     trials = [(s, r) for r in range(spec.repetitions) for s in spec.schemes]
-    prog = Progress(len(trials))
+    prog = Progress(len(trials), heading=heading)
     result = RunResult(run_dir)
     interrupted = {"flag": False}
 
@@ -113,6 +84,7 @@ def run_experiment(spec: ExperimentSpec, run_dir: Path | None = None, report: bo
                 break
             tdir = run_dir / "trials" / f"{scheme.label}-r{rep}"
             prog.log(f"trial {scheme.label} r{rep}: building {spec.topology.name} ...")
+            prog.start_trial(f"{scheme.label} r{rep}", (scheme.training.get("stop") or {}).get("steps"))
             try:
                 tr = run_trial(spec, scheme, rep, tdir, progress=prog.update, log=prog.log,
                                stop_flag=lambda: interrupted["flag"])
@@ -125,7 +97,7 @@ def run_experiment(spec: ExperimentSpec, run_dir: Path | None = None, report: bo
                 prog.log(f"error: {result.disk_error}")
                 break
             result.trials.append(tr)
-            prog.done += 1
+            prog.finish_trial()
             prog.log(f"trial {scheme.label} r{rep}: {tr.status.upper()} in {tr.wall_s:.1f} s"
                      + (f" ({tr.reason})" if tr.reason else "")
                      + (f"  last: step {tr.last.get('step')} loss {tr.last.get('loss')}" if tr.last else ""))
@@ -141,6 +113,7 @@ def run_experiment(spec: ExperimentSpec, run_dir: Path | None = None, report: bo
                 prog.log(f"error: {result.disk_error}")
                 break
     finally:
+        prog.close()
         signal.signal(signal.SIGINT, old)
         result.interrupted = interrupted["flag"]
         manifest["end"] = time.time()

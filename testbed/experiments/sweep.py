@@ -207,7 +207,7 @@ def _run_points(out: Path, sweep: dict[str, Any], points: list[tuple[dict[str, A
         log(f"point {i + 1}/{len(points)} {point}")
         spec = parse_experiment(exp, source=str(path))
         spec.sweep_point = sweep_values(point)
-        res = run_experiment(spec, run_dir=pdir, report=False)
+        res = run_experiment(spec, run_dir=pdir, report=False, heading=f"point {i + 1}/{len(points)}")
         ran += 1
         if res.disk_error:
             raise RecordsUnwritable(f"point {point}: {res.disk_error} (finished points are kept; rerunning resumes)")

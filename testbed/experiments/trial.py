@@ -58,6 +58,27 @@ class TrialResult:
     last: dict[str, Any] = field(default_factory=dict)
 
 
+def _tail_step(events: Path | None) -> int | None:
+    """Steps rank 0 has started, from the last spans of its event file (for the live display)."""
+    if events is None:
+        return None
+    try:
+        with events.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines[1:] if len(lines) > 1 else lines):  # the first may be cut
+        try:
+            step = json.loads(line).get("step")
+        except ValueError:
+            continue
+        if isinstance(step, int):
+            return step + 1
+    return None
+
+
 def _tail_metrics(trial_dir: Path) -> dict[str, Any]:
     """Last row of metrics.csv (for the live progress line)."""
     p = trial_dir / "metrics.csv"
@@ -79,7 +100,7 @@ def _tail_metrics(trial_dir: Path) -> dict[str, Any]:
 
 
 def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path,
-              progress: Callable[[str], None] | None = None, log: Callable[[str], None] | None = None,
+              progress: Callable[..., None] | None = None, log: Callable[[str], None] | None = None,
               stop_flag: Callable[[], bool] | None = None) -> TrialResult:
     from ..collect.recorder import events_path
     from ..collect.samplers import LinkTarget, ProcTarget, SamplerSet
@@ -87,7 +108,7 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
     from ..training.jobs import Placement, command_for, make_jobs, write_jobs
 
     say = log or (lambda m: None)
-    show = progress or (lambda m: None)
+    show = progress or (lambda *a, **kw: None)
     stopped = stop_flag or (lambda: False)
     trial_dir.mkdir(parents=True, exist_ok=False)
     (trial_dir / "logs").mkdir()
@@ -175,7 +196,8 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
                 out += [f"link schedule: {e}" for e in player.errors]
             return out
 
-        monitor = _Monitor(sup, trial_dir, scheme.label, rep, show, stopped, faults)
+        rank0 = next((spans[j.name] for j, _ in order if j.role == "worker" and j.rank == 0), None)
+        monitor = _Monitor(sup, trial_dir, scheme.label, rep, show, stopped, faults, rank0)
         monitor.start()
         try:
             res = sup.run()
@@ -275,11 +297,11 @@ def gradient_bytes(training: dict[str, Any]) -> int:
 class _Monitor(threading.Thread):
     """Live progress line, and the reasons to stop a trial from outside: Ctrl-C, a lost impairment."""
 
-    def __init__(self, sup: Any, trial_dir: Path, label: str, rep: int, show: Callable[[str], None],
-                 stopped: Callable[[], bool], faults: Callable[[], list[str]]) -> None:
+    def __init__(self, sup: Any, trial_dir: Path, label: str, rep: int, show: Callable[..., None],
+                 stopped: Callable[[], bool], faults: Callable[[], list[str]], rank0: Path | None = None) -> None:
         super().__init__(name="trial-monitor", daemon=True)
         self.sup, self.trial_dir, self.label, self.rep = sup, trial_dir, label, rep
-        self.show, self.stopped, self.faults = show, stopped, faults
+        self.show, self.stopped, self.faults, self.rank0 = show, stopped, faults, rank0
         self.cause = ""  # "interrupted" | "network"
         self._halt = threading.Event()
         self._t0 = time.monotonic()
@@ -292,10 +314,8 @@ class _Monitor(threading.Thread):
             if self.faults() and not self.cause:
                 self.cause = "network"
                 self.sup.request_stop("the network no longer matches the spec: " + "; ".join(self.faults()))
-            m = _tail_metrics(self.trial_dir)
-            loss = m.get("loss", "")
-            self.show(f"{self.label} r{self.rep}: step {m.get('step', 0)}  loss {loss[:6] if loss else '-'}  "
-                      f"{time.monotonic() - self._t0:5.1f} s")
+            loss = _tail_metrics(self.trial_dir).get("loss", "")
+            self.show(step=_tail_step(self.rank0), loss=loss[:6] if loss else None)
 
     def stop(self) -> None:
         self._halt.set()

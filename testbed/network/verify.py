@@ -31,6 +31,7 @@ applied.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -92,7 +93,19 @@ class Endpoint:
 def verify(net: EmulatedNetwork, seconds: float = 3.0, pings: int = 20,
            log: Any = None) -> list[Check]:
     """Run every measurement on a started network; returns the checks in order."""
-    say = log or (lambda m: None)
+    plain = log or (lambda m: None)
+    n_dcs = len(net.topo.dc_names)
+    total = sum(1 + sum(1 for sh in (w.forward, w.reverse) if sh.rate_bps) for w in net.plan.wans) \
+        + n_dcs * (n_dcs - 1) // 2
+    done = {"k": 0, "t0": time.monotonic()}
+
+    def say(msg: str) -> None:
+        """Each measurement as ``[k/N] ... (ETA)``: a verify of a large topology takes minutes."""
+        done["k"] += 1
+        k, elapsed = done["k"], time.monotonic() - done["t0"]
+        eta = f", ~{elapsed / (k - 1) * (total - k + 1):.0f} s left" if k > 1 else ""
+        plain(f"[{k}/{total}] {msg}{eta}")
+
     imp = net.impairment
     delay_applied = imp is not None and (imp.backend in ("netem", "userspace") or not imp.skipped)
     checks: list[Check] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from pathlib import Path
@@ -48,4 +49,16 @@ def test_interrupted_sweep_resumes_without_redoing(tmp_path: Path) -> None:
     assert sum("done already, skipped" in m for m in logs) == 4
     for p in (out / "points").glob("*/done.json"):
         assert json.loads(p.read_text())["failed"] == []
-    assert (out / "sweep.csv").exists()
+    # every point's manifests carry its values in SI units, and sweep.csv has one row per point
+    for p in (out / "points").glob("*/done.json"):
+        run_m = json.loads((p.parent / "manifest.json").read_text())
+        trial_m = json.loads((p.parent / "trials" / "bsp-r0" / "manifest.json").read_text())
+        assert run_m["sweep"] == trial_m["sweep"]
+        assert set(run_m["sweep"]) == {"rate_bps", "delay_s", "seed"}
+        assert run_m["sweep"]["rate_bps"] in (20e6, 40e6) and run_m["sweep"]["delay_s"] in (0.0, 0.001)
+    rows = list(csv.DictReader((out / "sweep.csv").open()))
+    assert len(rows) == 8 and {r["scheme"] for r in rows} == {"bsp"}
+    assert {(float(r["rate_bps"]), float(r["delay_s"]), int(r["seed"])) for r in rows} == {
+        (r, d, s) for r in (20e6, 40e6) for d in (0.0, 0.001) for s in (1, 2)}
+    assert all(float(r["steps_per_s"]) > 0 for r in rows)
+    assert list((out / "points" / "figures").glob("sweep_steps_per_s_vs_rate_bps.pdf"))

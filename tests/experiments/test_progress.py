@@ -1,0 +1,66 @@
+"""The progress display: plain lines off a terminal, a live display sized to the terminal on one."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+
+from testbed.experiments.progress import Progress, _fmt_eta
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def test_plain_lines_off_a_terminal() -> None:
+    buf = io.StringIO()
+    p = Progress(4, heading="point 2/8", stream=buf, interval_s=0)
+    assert p._rich is None  # a StringIO is not a TTY
+    p.start_trial("bsp r0", 100)
+    p.update(step=25, loss="1.234")
+    p.log("trial bsp r0: building two_dc ...")
+    p.finish_trial()
+    p.start_trial("gsyn r0", None)  # wall-clock bound only: steps without a total
+    p.update(step=7)
+    out = buf.getvalue().splitlines()
+    assert "point 2/8 trial 1/4 bsp r0: step 25/100  loss 1.234" in out[1]
+    assert "trial bsp r0: building two_dc ..." in out
+    assert any(line.startswith("point 2/8 trial 2/4 gsyn r0: step 7 ") for line in out)
+    assert all("\r" not in line and "\x1b" not in line for line in out)  # nothing redrawn
+
+
+def test_plain_lines_are_rate_limited() -> None:
+    buf = io.StringIO()
+    p = Progress(1, stream=buf, interval_s=3600)
+    p.start_trial("asp r0", 50)
+    for k in range(200):
+        p.update(step=k)
+    assert len(buf.getvalue().splitlines()) == 1  # the first status, then quiet for an hour
+
+
+def test_fraction_and_eta_count_steps_of_the_running_trial() -> None:
+    p = Progress(4, stream=io.StringIO())
+    p.start_trial("a", 10)
+    p.update(step=5)
+    assert p.fraction() == pytest.approx(0.125)
+    p.finish_trial()
+    assert p.fraction() == pytest.approx(0.25)
+    assert p.eta_s() is not None and p.eta_s() >= 0
+    assert _fmt_eta(75) == "1:15" and _fmt_eta(3725) == "1:02:05" and _fmt_eta(None) == "-"
+
+
+@pytest.mark.parametrize("columns", [40, 100])
+def test_live_display_fits_the_terminal(monkeypatch: pytest.MonkeyPatch, columns: int) -> None:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    buf = io.StringIO()
+    with Progress(3, stream=buf, live=True) as p:
+        assert p._rich is not None
+        p.start_trial("pgcs-blp r0", 40)
+        p.update(step=10, loss="2.5")
+        p.log("trial pgcs-blp r0: OK in 19.4 s")
+        p._rich.refresh()
+    text = ANSI.sub("", buf.getvalue())
+    lines = [ln for chunk in text.split("\r") for ln in chunk.split("\n") if ln.strip()]
+    assert "trial pgcs-blp r0: OK in 19.4 s" in lines
+    assert any("trials" in ln and "ETA" in ln for ln in lines), lines
+    assert max(len(ln) for ln in lines) <= columns, [ln for ln in lines if len(ln) > columns]
