@@ -42,7 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     tgt.add_argument("--target-acc", type=float, metavar="ACC",
                      help="time to target = first evaluation with held-out accuracy >= ACC")
     p.add_argument("--steps", type=_steps, metavar="FIRST:LAST",
-                   help="step window of the timeline figures (default: 3 steps mid-run)")
+                   help="step window of the timeline figures (default: a time window of 3 step periods of the slowest "
+                        "worker, mid-run, where every worker has work)")
     p.add_argument("--no-trace", action="store_true", help="do not (re)build trace.json")
     p.add_argument("--gzip-mb", type=float, default=GZIP_THRESHOLD_BYTES / 2**20, metavar="MB",
                    help="write trace.json.gz instead of trace.json above this size "

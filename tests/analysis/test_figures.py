@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import colorsys
 from pathlib import Path
 
+import matplotlib.colors as mcolors
 import pandas as pd
 import pytest
 
@@ -84,7 +86,10 @@ def test_no_data_is_reported_not_drawn(tmp_path: Path) -> None:
 def test_scheme_colours_fixed_and_distinct() -> None:
     known = list(style.SCHEME_COLORS)
     assert len(set(style.SCHEME_COLORS.values())) == len(known)
-    assert style.scheme_color("ssp-s4") == style.scheme_color("ssp")
+    # variants keep the scheme's hue (a lighter or darker shade of it), the scheme itself its colour
+    hue = [colorsys.rgb_to_hsv(*mcolors.to_rgb(style.scheme_color(n)))[0] for n in ("ssp", "ssp-s4")]
+    assert abs(hue[0] - hue[1]) < 0.02 and style.scheme_color("ssp-s4") != style.scheme_color("ssp")
+    assert style.scheme_color("ssp") == style.SCHEME_COLORS["ssp"].lower()
     assert style.scheme_color("pgcs-blp") != style.scheme_color("pgcs")
     assert style.scheme_color("mystery") == style.scheme_color("mystery")
     assert style.sort_schemes(["gsyn", "zzz", "bsp-ring", "asp"]) == ["bsp-ring", "asp", "gsyn", "zzz"]
