@@ -169,6 +169,9 @@ def to_validation_error(exc: pydantic.ValidationError, root: Any = None, prefix:
     hint = _field_fix(owner, loc[-1]) if owner is not None and loc else ""
     inner = ctx.get("error")
     if isinstance(inner, ValidationError):  # a unit or a check of ours: its words, the spec's path
+        sub = inner.field
+        if sub and (not loc or sub != loc[-1]):  # a model's own check names a key below it
+            field = f"{field}{sub}" if sub.startswith("[") else (f"{field}.{sub}" if loc or prefix else sub)
         return ValidationError(field, inner.problem, inner.fix or hint)
     if kind == "extra_forbidden":
         fields = getattr(owner, "model_fields", None) or getattr(owner, "__pydantic_fields__", None) or {}
