@@ -92,7 +92,9 @@ def unit_field(default: Any = None, *, fix: str = "", description: str = "", **k
     extra = dict(kw.pop("json_schema_extra", None) or {})
     if fix:
         extra["fix"] = fix
-    return Field(default, description=description or None, json_schema_extra=extra or None, **kw)
+    if "default_factory" not in kw:
+        kw["default"] = default
+    return Field(description=description or None, json_schema_extra=extra or None, **kw)
 
 
 # -------------------------------------------------------------------------------- errors
