@@ -161,9 +161,28 @@ def _field_fix(model: Any, name: Any) -> str:
     return str(extra.get("fix", "")) if isinstance(extra, dict) else ""
 
 
+_TAG_RE = re.compile(r"^(str|int|float|bool|none|list|dict|tuple|set|any)$|^[a-z-]+\[.*\]$|^[A-Z]")
+
+
+def _clean(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``loc`` without pydantic's union-member tags (``'str'``, ``'list[str]'``, ``'SchemeEntrySpec'``):
+    the path as the spec writes it.  Our keys are lower-case names, never such tags."""
+    return tuple(p for p in loc if not (isinstance(p, str) and _TAG_RE.match(p)))
+
+
+def _best(errors: list[Any]) -> tuple[Any, list[Any]]:
+    """The most specific error (deepest path once tags are gone; the first among equals), and the
+    others at that same path (alternatives of a union that all failed there)."""
+    cleaned = [(_clean(tuple(e.get("loc", ()))), e) for e in errors]
+    depth = max(len(c) for c, _ in cleaned)
+    at = [(c, e) for c, e in cleaned if len(c) == depth]
+    loc = at[0][0]
+    return dict(at[0][1], loc=loc), [e for c, e in at if c == loc]
+
+
 def to_validation_error(exc: pydantic.ValidationError, root: Any = None, prefix: str = "") -> ValidationError:
-    """The first of pydantic's errors as our one-line error: field path, problem, fix."""
-    err = exc.errors(include_url=False)[0]
+    """The most specific of pydantic's errors as our one-line error: field path, problem, fix."""
+    err, same = _best(exc.errors(include_url=False))
     loc = tuple(err.get("loc", ()))
     field = path_of(loc, prefix) or prefix or "spec"
     kind, value, ctx = err.get("type", ""), err.get("input"), err.get("ctx") or {}
@@ -178,11 +197,13 @@ def to_validation_error(exc: pydantic.ValidationError, root: Any = None, prefix:
     if kind == "extra_forbidden":
         fields = getattr(owner, "model_fields", None) or getattr(owner, "__pydantic_fields__", None) or {}
         names = [getattr(f, "alias", None) or n for n, f in fields.items()]
-        return ValidationError(field, "unknown key", f"use one of: {', '.join(names)}" if names else "remove it")
+        return ValidationError(field, "unknown key", f"use one of: {', '.join(names)}" if names
+                               else "it takes no keys here; remove it")
     if kind == "missing":
         return ValidationError(field, "missing", hint or f"add {loc[-1]}:" if loc else "add it")
     if kind in _TYPE_WORDS:
-        what, fix = _TYPE_WORDS[kind]
+        whats = list(dict.fromkeys(_TYPE_WORDS[e["type"]][0] for e in same if e.get("type") in _TYPE_WORDS))
+        what, fix = " or ".join(whats), _TYPE_WORDS[kind][1]
         return ValidationError(field, f"expected {what}, got {_describe(value)}", hint or fix)
     if kind == "literal_error":
         choices = ctx.get("expected", "")

@@ -219,6 +219,14 @@ def parse_experiment(data: Any, source: str = "") -> ExperimentSpec:
 
         check_schedule(topo, spec.schedule, Impairment("none", False) if imp == "none" else None)
     workers = spec.workers()
+    if "workload" in base_training:  # the base section on its own: a mistake in a part every scheme
+        first = raw_schemes[0]      # overrides (a replaced slowdown: list) is still a mistake
+        first = first if isinstance(first, str | dict) else first.scheme
+        try:
+            validate_training(dict(base_training, scheme=first), workers, field="training")
+        except ValidationError as e:
+            if not e.field.startswith("training.scheme"):  # the scheme's own errors are the entry's
+                raise
     labels: set[str] = set()
     for i, entry in enumerate(raw_schemes):
         f = f"schemes[{i}]"
@@ -237,13 +245,26 @@ def parse_experiment(data: Any, source: str = "") -> ExperimentSpec:
         if label in labels:
             raise ValidationError(f"{f}.label", f"duplicate label {label!r}", "give each compared scheme a unique label")
         labels.add(label)
+        # Errors name where the mistake is written: the base `training:` section, the entry's
+        # `scheme:` (or training.scheme when there is no schemes: list), or the entry's overrides.
+        scheme_at = f"{f}.scheme" if m.schemes is not None else "training.scheme"
+
+        def named(e: ValidationError, where: str, scheme_at: str = scheme_at) -> ValidationError:
+            if e.field == "training.scheme" or e.field.startswith(("training.scheme.", "training.scheme[")):
+                return ValidationError(scheme_at + e.field[len("training.scheme"):], e.problem, e.fix)
+            return ValidationError(where + e.field[len("training"):], e.problem, e.fix)
+
         training = _deep_merge(base_training, entry.training)
         training["scheme"] = scheme
         try:
             validate_training(training, workers, field="training")
         except ValidationError as e:
-            raise ValidationError(f"{f}.{e.field}" if not e.field.startswith("training") else f"{f}.{e.field}",
-                                  e.problem, e.fix) from None
+            try:  # the same mistake without this entry's overrides: it is in the base section
+                validate_training(dict(base_training, scheme=scheme), workers, field="training")
+            except ValidationError as base_e:
+                if base_e.field == e.field:
+                    raise named(base_e, "training") from None
+            raise named(e, f"{f}.training") from None
         spec.schemes.append(SchemeRun(label, training))
     return spec
 
