@@ -22,6 +22,7 @@ PLUGINS = (
     "testbed.training.cli",
     "testbed.analysis.cli",
     "testbed.experiments.cli",
+    "testbed.spec_schema",
 )
 
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import networkx as nx
+from pydantic import BeforeValidator
 
-from traffic_control.errors import ValidationError, check_keys
-from traffic_control.shape import SHAPE_KEYS, LinkShape, parse_shape_fields
-from traffic_control.units import parse_size
+from traffic_control.errors import ValidationError
+from traffic_control.fields import Size, SpecModel, unit_field, validate
+from traffic_control.shape import LinkShape, ShapeSpec, shape_kwargs
 
 #: Longest DC name: ``tb-<dc>-<port>`` (bridge port names) must fit in 15 bytes.
 MAX_DC_NAME = 8
@@ -247,130 +248,158 @@ class Topology:
         return d
 
 
-TOP_KEYS = ("name", "description", "scale", "switch", "defaults", "dcs", "links", "ps", "routes")
-DC_KEYS = ("name", "hosts", "lan", "cpu", "memory", "label")
-DEFAULT_KEYS = ("hosts", "lan", "wan", "cpu", "memory")
+def _dc_name(value: Any, info: Any) -> Any:
+    return check_name(value, info.field_name)
 
 
-_unknown = check_keys
+DcName = Annotated[str, BeforeValidator(_dc_name)]
 
 
-def _mapping(value: Any, field: str, example: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ValidationError(field, f"expected a mapping, got {type(value).__name__}", f"write e.g. {example}")
-    return value
+def _dc_shorthand(value: Any) -> Any:
+    return {"name": value} if isinstance(value, str) else value
+
+
+class _DcItemSchema:
+    """JSON Schema of a ``dcs`` entry: a bare name, or the mapping."""
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core: Any, handler: Any) -> dict[str, Any]:
+        return {"anyOf": [{"type": "string", "pattern": _NAME_RE.pattern, "maxLength": MAX_DC_NAME},
+                          handler(core)]}
+
+
+class DataCenterSpec(SpecModel):
+    """A data center: ``hosts`` trainer hosts on a LAN behind one router."""
+
+    name: DcName = unit_field(..., fix="use lower-case letters and digits, e.g. 'virginia'")
+    """short name (a-z, 0-9, at most 8 bytes: it becomes part of interface names)"""
+    hosts: int | None = unit_field(None, ge=0, le=MAX_HOSTS_PER_DC, fix="e.g. hosts: 2")
+    """trainer hosts (default: defaults.hosts, else 2)"""
+    lan: ShapeSpec | None = unit_field(fix="e.g. lan: {rate: 1Gbit}")
+    """LAN shape (host <-> switch); unshaped if absent"""
+    cpu: float | None = unit_field(None, gt=0, le=64, fix="e.g. cpu: 0.5 gives each host half a core")
+    """CPU share per host, in cores (cgroup)"""
+    memory: Size | None = unit_field(None, ge=MIN_MEMORY, le=MAX_MEMORY,
+                                     fix="e.g. memory: 2GiB (a trainer with torch needs a few hundred MiB)")
+    """memory limit per host (cgroup; past it the OOM killer acts, named in the trial's reason)"""
+    label: str = unit_field("", fix="e.g. label: 'us-east-1'")
+    """free text shown in reports (a region name)"""
+
+
+class DefaultsSpec(SpecModel):
+    """Values every DC and link takes unless it says otherwise."""
+
+    hosts: int | None = unit_field(None, ge=0, le=MAX_HOSTS_PER_DC, fix="e.g. hosts: 2")
+    lan: ShapeSpec | None = unit_field(fix="e.g. lan: {rate: 1Gbit}")
+    wan: ShapeSpec = unit_field(default_factory=ShapeSpec, fix="e.g. wan: {rate: 1Gbit, delay: 10ms}")
+    cpu: float | None = unit_field(None, gt=0, le=64, fix="e.g. cpu: 0.5")
+    memory: Size | None = unit_field(None, ge=MIN_MEMORY, le=MAX_MEMORY, fix="e.g. memory: 2GiB")
+
+
+class LinkSpec(ShapeSpec):
+    """A WAN link between two DCs' routers: one shape for both directions, or per direction."""
+
+    a: str = unit_field(..., fix="name the two DCs with a: and b:")
+    b: str = unit_field(..., fix="name the two DCs with a: and b:")
+    forward: ShapeSpec | None = unit_field(fix="e.g. forward: {rate: 200Mbit, delay: 10ms}")
+    """shape a -> b (over the link's own keys)"""
+    reverse: ShapeSpec | None = unit_field(fix="e.g. reverse: {rate: 50Mbit, rtt: 30ms}")
+    """shape b -> a"""
+
+    def common(self) -> dict[str, Any]:
+        own = set(ShapeSpec.model_fields)
+        return {k: v for k, v in self.given().items() if k in own}
+
+
+class TopologySpec(SpecModel):
+    """A multi-datacenter topology (README "Writing a topology")."""
+
+    name: str | None = unit_field(None, pattern=r"^[A-Za-z0-9_.-]+$", fix="use letters, digits, '_', '-', '.'")
+    """name (default: the file name)"""
+    description: str = ""
+    scale: float = unit_field(1.0, gt=0, le=1000, fix="e.g. scale: 0.1 shrinks every WAN rate to a tenth")
+    """multiplies every WAN rate (latencies never scale); recorded everywhere"""
+    switch: Literal["bridge", "ovs"] = unit_field("bridge", fix="use 'bridge' (default) or 'ovs'")
+    """DC switch: a Linux bridge (no controller, no OVS) or Open vSwitch"""
+    defaults: DefaultsSpec = unit_field(default_factory=DefaultsSpec, fix="e.g. defaults: {hosts: 2, wan: {rate: 1Gbit}}")
+    dcs: list[Annotated[DataCenterSpec, BeforeValidator(_dc_shorthand), _DcItemSchema]] = unit_field(
+        ..., min_length=1, max_length=MAX_DCS, fix="write dcs: [{name: east, hosts: 2}, {name: west, hosts: 2}]")
+    """the data centers (a bare name is a DC with the defaults)"""
+    links: list[LinkSpec] = unit_field(default_factory=list, max_length=MAX_LINKS,
+                                       fix="write links: [{a: east, b: west, rate: 1Gbit, delay: 10ms}]")
+    """WAN links; the graph must be connected (DCs without a link are relayed)"""
+    ps: str | None = unit_field(None, fix="name a DC")
+    """DC of the parameter-server host"""
+    routes: dict[str, list[str]] = unit_field(default_factory=dict, fix="e.g. {'a->c': [a, b, c]}")
+    """pinned routes 'SRC->DST': [SRC, ..., DST] (the first hop; later hops must agree)"""
+
+
+TOP_KEYS = tuple(TopologySpec.model_fields)
+DC_KEYS = tuple(DataCenterSpec.model_fields)
+DEFAULT_KEYS = tuple(DefaultsSpec.model_fields)
 
 
 def from_dict(data: Any, source: str = "") -> Topology:
     """Build and validate a :class:`Topology` from its spec mapping (YAML/JSON form)."""
-    data = _mapping(data, "topology", "{name: x, dcs: [...], links: [...]}")
-    _unknown(data, TOP_KEYS, "")
-    name = data.get("name") or (source.rsplit("/", 1)[-1].split(".")[0] if source else "topology")
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+    if not isinstance(data, dict):
+        raise ValidationError("topology", f"expected a mapping, got {type(data).__name__}",
+                              "write e.g. {name: x, dcs: [...], links: [...]}")
+    spec = validate(TopologySpec, data)
+    name = spec.name or (source.rsplit("/", 1)[-1].split(".")[0] if source else "topology")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ValidationError("name", f"bad topology name {name!r}", "use letters, digits, '_', '-', '.'")
-    defaults = _mapping(data.get("defaults", {}), "defaults", "{hosts: 2, wan: {rate: 1Gbit}}")
-    _unknown(defaults, DEFAULT_KEYS, "defaults")
-    scale = data.get("scale", 1.0)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 1000:
-        raise ValidationError("scale", f"scale must be a positive number, got {scale!r}",
-                              "e.g. scale: 0.1 shrinks every WAN rate to a tenth")
-    switch = data.get("switch", "bridge")
-    if switch not in ("bridge", "ovs"):
-        raise ValidationError("switch", f"unknown switch kind {switch!r}", "use 'bridge' (default) or 'ovs'")
+    defaults = spec.defaults
 
     # ---------------------------------------------------------------- DCs
-    raw_dcs = data.get("dcs")
-    if not isinstance(raw_dcs, list) or not raw_dcs:
-        raise ValidationError("dcs", "a topology needs a non-empty list of data centers",
-                              "write dcs: [{name: east, hosts: 2}, {name: west, hosts: 2}]")
-    if len(raw_dcs) > MAX_DCS:
-        raise ValidationError("dcs", f"{len(raw_dcs)} data centers; at most {MAX_DCS} are addressable "
-                              "(each DC's LAN is 10.<i>.0.0/24)", f"use at most {MAX_DCS} DCs")
     dcs: list[DataCenter] = []
     seen: set[str] = set()
-    default_lan = defaults.get("lan")
-    for i, raw in enumerate(raw_dcs):
+    for i, raw in enumerate(spec.dcs):
         f = f"dcs[{i}]"
-        if isinstance(raw, str):
-            raw = {"name": raw}
-        raw = _mapping(raw, f, "{name: east, hosts: 2}")
-        _unknown(raw, DC_KEYS, f)
-        nm = check_name(raw.get("name"), f"{f}.name")
-        if nm in seen:
-            raise ValidationError(f"{f}.name", f"duplicate data center {nm!r}", "give every DC a unique name")
-        seen.add(nm)
-        hosts = raw.get("hosts", defaults.get("hosts", 2))
-        if isinstance(hosts, bool) or not isinstance(hosts, int) or not 0 <= hosts <= MAX_HOSTS_PER_DC:
-            raise ValidationError(f"{f}.hosts", f"hosts must be an integer in 0..{MAX_HOSTS_PER_DC}, got {hosts!r}",
-                                  "e.g. hosts: 2")
-        lan_raw = raw.get("lan", default_lan)
-        lan = DEFAULT_LAN if lan_raw is None else LinkShape(**parse_shape_fields(lan_raw, f"{f}.lan"))
-        cpu = raw.get("cpu", defaults.get("cpu"))
-        if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not 0 < cpu <= 64):
-            raise ValidationError(f"{f}.cpu", f"cpu share must be a positive fraction of a core, got {cpu!r}",
-                                  "e.g. cpu: 0.5 gives each host half a core")
-        memory = raw.get("memory", defaults.get("memory"))
-        if memory is not None:
-            memory = parse_size(memory, f"{f}.memory")
-            if not MIN_MEMORY <= memory <= MAX_MEMORY:
-                raise ValidationError(f"{f}.memory", f"memory limit per host must be in 16MiB..1TiB, got {memory} bytes",
-                                      "e.g. memory: 2GiB (a trainer with torch needs a few hundred MiB)")
-        label = raw.get("label", "")
-        if not isinstance(label, str):
-            raise ValidationError(f"{f}.label", "label must be text", "e.g. label: 'us-east-1'")
-        dcs.append(DataCenter(nm, hosts, lan, None if cpu is None else float(cpu), label, memory))
+        if raw.name in seen:
+            raise ValidationError(f"{f}.name", f"duplicate data center {raw.name!r}", "give every DC a unique name")
+        seen.add(raw.name)
+        hosts = raw.hosts if raw.hosts is not None else (defaults.hosts if defaults.hosts is not None else 2)
+        lan_spec = raw.lan if "lan" in raw.model_fields_set else defaults.lan
+        where = f"{f}.lan" if "lan" in raw.model_fields_set else "defaults.lan"
+        lan = DEFAULT_LAN if lan_spec is None else _shape(lan_spec.given(), where)
+        cpu = raw.cpu if raw.cpu is not None else defaults.cpu
+        memory = raw.memory if raw.memory is not None else defaults.memory
+        dcs.append(DataCenter(raw.name, hosts, lan, None if cpu is None else float(cpu), raw.label, memory))
 
     # -------------------------------------------------------------- links
-    raw_links = data.get("links", [])
-    if not isinstance(raw_links, list):
-        raise ValidationError("links", "expected a list of links", "write links: [{a: east, b: west, rate: 1Gbit}]")
-    if len(raw_links) > MAX_LINKS:
-        raise ValidationError("links", f"{len(raw_links)} links; at most {MAX_LINKS} are addressable "
-                              "(each link is 10.255.<k>.0/30)", f"use at most {MAX_LINKS} links")
-    if len(dcs) > 1 and not raw_links:
+    if len(dcs) > 1 and not spec.links:
         raise ValidationError("links", f"{len(dcs)} data centers but no WAN links",
                               "join the DCs with links: [{a: ..., b: ..., rate: ..., delay: ...}]")
-    wan_default = defaults.get("wan", {})
-    wan_default = _mapping(wan_default, "defaults.wan", "{rate: 1Gbit, delay: 10ms}")
+    wan_default = defaults.wan.given()
     links: list[WanLink] = []
     pairs: set[frozenset[str]] = set()
-    for i, raw in enumerate(raw_links):
+    for i, raw_link in enumerate(spec.links):
         f = f"links[{i}]"
-        raw = _mapping(raw, f, "{a: east, b: west, rate: 1Gbit, delay: 10ms}")
-        allowed = ("a", "b", "forward", "reverse", *SHAPE_KEYS)
-        _unknown(raw, allowed, f)
-        ends = []
         for end in ("a", "b"):
-            if end not in raw:
-                raise ValidationError(f"{f}.{end}", "missing link endpoint", "name the two DCs with a: and b:")
-            if not isinstance(raw[end], str) or raw[end] not in seen:
-                raise ValidationError(f"{f}.{end}", f"no data center named {raw[end]!r}",
+            if getattr(raw_link, end) not in seen:
+                raise ValidationError(f"{f}.{end}", f"no data center named {getattr(raw_link, end)!r}",
                                       f"name one DC by its name, one of: {', '.join(sorted(seen))}")
-            ends.append(raw[end])
-        a, b = ends
+        a, b = raw_link.a, raw_link.b
         if a == b:
             raise ValidationError(f"{f}.b", f"link from {a!r} to itself", "join two different DCs")
         if frozenset((a, b)) in pairs:
             raise ValidationError(f, f"duplicate link between {a!r} and {b!r}",
                                   "one link per DC pair; use forward:/reverse: for asymmetric shapes")
         pairs.add(frozenset((a, b)))
-        common = {**wan_default, **{k: v for k, v in raw.items() if k in SHAPE_KEYS}}
-        if "rtt" in common and "delay" in common:
-            if "rtt" in raw and "delay" not in raw:
-                common.pop("delay")
-            elif "delay" in raw and "rtt" not in raw:
-                common.pop("rtt")
+        own = raw_link.common()
+        common = {**wan_default, **own}
+        if "rtt" in common and "delay" in common:  # the link's own choice wins over the default's
+            common.pop("delay" if "rtt" in own else "rtt")
         shapes = []
         for side in ("forward", "reverse"):
-            per = raw.get(side, {})
-            per = _mapping(per, f"{f}.{side}", "{rate: 100Mbit, delay: 10ms}")
+            per_spec = getattr(raw_link, side)
+            per = per_spec.given() if per_spec is not None else {}
             merged = {**common, **per}
             if "rtt" in per and "delay" in merged and "delay" not in per:
                 merged.pop("delay")
             if "delay" in per and "rtt" in merged and "rtt" not in per:
                 merged.pop("rtt")
-            where = f"{f}.{side}" if side in raw else f
-            shapes.append(LinkShape(**parse_shape_fields(merged, where)))
+            shapes.append(_shape(merged, f"{f}.{side}" if per_spec is not None else f))
         links.append(WanLink(a, b, shapes[0], shapes[1]))
 
     # ------------------------------------------------------- connectivity
@@ -382,21 +411,20 @@ def from_dict(data: Any, source: str = "") -> Topology:
         raise ValidationError("links", f"the WAN graph is disconnected: {parts}",
                               "add links so that every DC can reach every other (directly or relayed)")
 
-    ps = data.get("ps")
-    if ps is not None and (not isinstance(ps, str) or ps not in seen):
+    ps = spec.ps
+    if ps is not None and ps not in seen:
         raise ValidationError("ps", f"no data center named {ps!r} for the parameter server",
                               f"use one of: {', '.join(sorted(seen))}")
 
     routes: dict[str, tuple[str, ...]] = {}
-    raw_routes = _mapping(data.get("routes", {}) or {}, "routes", "{'a->c': [a, b, c]}")
+    raw_routes = spec.routes
     adj = {frozenset((lk.a, lk.b)) for lk in links}
     for key, path in raw_routes.items():
         f = f"routes[{key!r}]"
         m = re.fullmatch(r"([a-z0-9]+)->([a-z0-9]+)", str(key))
         if not m or m.group(1) not in seen or m.group(2) not in seen:
             raise ValidationError(f, "route keys are 'SRC->DST' with existing DC names", "e.g. 'east->west'")
-        if not isinstance(path, list) or len(path) < 2 or not all(isinstance(x, str) for x in path) \
-                or path[0] != m.group(1) or path[-1] != m.group(2):
+        if len(path) < 2 or path[0] != m.group(1) or path[-1] != m.group(2):
             raise ValidationError(f, "a route is the list of DCs from SRC to DST", f"e.g. [{m.group(1)}, ..., {m.group(2)}]")
         if len(set(path)) != len(path):
             raise ValidationError(f, "route visits a DC twice", "give a loop-free path")
@@ -405,7 +433,7 @@ def from_dict(data: Any, source: str = "") -> Topology:
                 raise ValidationError(f, f"no link between {u!r} and {v!r}", "routes may only use existing links")
         routes[str(key)] = tuple(path)
 
-    topo = Topology(name, tuple(dcs), tuple(links), ps, 1.0, str(data.get("description", "")), routes, switch, source)
+    topo = Topology(name, tuple(dcs), tuple(links), ps, 1.0, spec.description, routes, spec.switch, source)
     # Routing is per destination at every router: a pinned route only fixes the
     # first hop, so its later hops must agree with what the routers on it do,
     # or packets take another path (or loop).
@@ -422,6 +450,14 @@ def from_dict(data: Any, source: str = "") -> Topology:
             raise ValidationError(f, f"packets would take {'-'.join(taken)}, not the pinned {'-'.join(pinned)}: "
                                      f"the router in {here!r} forwards traffic for {dst!r} to {taken[i + 1]!r}",
                                   f"also pin '{here}->{dst}': {list(pinned[i:])}")
-    if scale != 1.0:
-        topo = topo.scaled(float(scale))
+    if spec.scale != 1.0:
+        topo = topo.scaled(float(spec.scale))
     return topo
+
+
+def _shape(given: dict[str, Any], field: str) -> LinkShape:
+    """A LinkShape from merged spec keys; the shape's own checks named under ``field``."""
+    try:
+        return LinkShape(**shape_kwargs(given))
+    except ValidationError as e:
+        raise e.under(field) from None

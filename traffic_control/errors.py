@@ -39,11 +39,3 @@ class CapabilityMissing(TrafficControlError):
         self.feature = feature
         self.fix = fix
         super().__init__(f"this machine lacks {feature} (fix: {fix})")
-
-
-def check_keys(data: dict, allowed: tuple[str, ...] | list[str], field: str = "") -> None:
-    """Reject keys of a spec mapping that are not in ``allowed``, naming the first one and the valid ones."""
-    for k in data:
-        if k not in allowed:
-            where = f"{field}.{k}" if field else str(k)
-            raise ValidationError(where, "unknown key", f"use one of: {', '.join(allowed)}")

@@ -24,12 +24,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .errors import ValidationError
-from .units import parse_percent, parse_rate, parse_time
-
-COLUMNS = ("time", "link", "rate", "delay", "jitter", "loss", "state")
+from .fields import Duration, Percent, Rate, SpecModel, unit_field, validate
 
 
 @dataclass(frozen=True)
@@ -60,37 +58,44 @@ def _link(value: str, field: str) -> tuple[str, str, bool]:
     return a.strip(), b.strip(), both
 
 
+class ScheduleRow(SpecModel):
+    """One row of a link schedule (every cell but time and link may be empty: unchanged)."""
+
+    time: Duration = unit_field(..., ge=0, fix="seconds from the start, e.g. 10 or 1.5s")
+    link: str = unit_field(..., pattern=r"^\s*[^-\s>]+\s*(->|-)\s*[^-\s>]+\s*$",
+                           fix="write 'a->b' (one direction) or 'a-b' (both)")
+    rate: Rate | None = unit_field(None, fix="e.g. 20Mbit")
+    delay: Duration | None = unit_field(None, fix="e.g. 20ms")
+    jitter: Duration | None = unit_field(None, fix="e.g. 2ms")
+    loss: Percent | None = unit_field(None, fix="e.g. 1%")
+    state: Literal["up", "down"] | None = unit_field(None, fix="use up or down")
+
+
+COLUMNS = tuple(ScheduleRow.model_fields)
+
+
 def parse_schedule(text: str, source: str = "schedule") -> list[LinkEvent]:
     rows = list(csv.DictReader(line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")))
     events: list[LinkEvent] = []
     last = 0.0
-    for i, row in enumerate(rows):
+    for i, raw in enumerate(rows):
         f = f"{source}[row {i + 2}]"
-        unknown = [k for k in row if k not in COLUMNS]
-        if unknown:
-            raise ValidationError(f"{f}.{unknown[0]}", "unknown column", f"use: {', '.join(COLUMNS)}")
-        if not row.get("time") or not row.get("link"):
-            raise ValidationError(f, "time and link are required", "e.g. 10,east->west,20Mbit,,,,")
-        t = parse_time(row["time"].strip(), f"{f}.time")
-        if t < last:
-            raise ValidationError(f"{f}.time", f"time {t} goes backwards (previous {last})", "sort rows by time")
-        last = t
-        a, b, both = _link(row["link"], f"{f}.link")
+        cells = {str(k): (v.strip() if isinstance(v, str) else v) for k, v in raw.items()}
+        cells = {k: v for k, v in cells.items() if v not in ("", None)}
+        if "state" in cells:
+            cells["state"] = str(cells["state"]).lower()
+        row = validate(ScheduleRow, cells, f)
+        if row.time < last:
+            raise ValidationError(f"{f}.time", f"time {row.time} goes backwards (previous {last})", "sort rows by time")
+        last = row.time
+        a, b, both = _link(row.link, f"{f}.link")
         ch: dict[str, Any] = {}
-        if (row.get("rate") or "").strip():
-            ch["rate_bps"] = parse_rate(row["rate"].strip(), f"{f}.rate")
-        if (row.get("delay") or "").strip():
-            ch["delay_s"] = parse_time(row["delay"].strip(), f"{f}.delay")
-        if (row.get("jitter") or "").strip():
-            ch["jitter_s"] = parse_time(row["jitter"].strip(), f"{f}.jitter")
-        if (row.get("loss") or "").strip():
-            ch["loss_pct"] = parse_percent(row["loss"].strip(), f"{f}.loss")
-        state = (row.get("state") or "").strip().lower() or None
-        if state not in (None, "up", "down"):
-            raise ValidationError(f"{f}.state", f"unknown state {state!r}", "use up or down")
-        if not ch and state is None:
+        for key, name in (("rate", "rate_bps"), ("delay", "delay_s"), ("jitter", "jitter_s"), ("loss", "loss_pct")):
+            if getattr(row, key) is not None:
+                ch[name] = getattr(row, key)
+        if not ch and row.state is None:
             raise ValidationError(f, "row changes nothing", "give a rate/delay/jitter/loss or a state")
-        events.append(LinkEvent(t, a, b, both, ch, state))
+        events.append(LinkEvent(row.time, a, b, both, ch, row.state))
     return events
 
 

@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, model_validator
 
 from .errors import ValidationError
-from .units import format_rate, format_time, parse_packets, parse_percent, parse_rate, parse_time
+from .fields import Duration, Packets, Percent, Rate, SpecModel, unit_field, validate
+from .units import format_rate, format_time
 
 #: The largest skb a GSO/TSO path hands a qdisc.
 GSO_MAX_BYTES = 65536
@@ -195,9 +198,6 @@ class LinkShape:
         return ", ".join(parts)
 
 
-SHAPE_KEYS = ("rate", "delay", "rtt", "jitter", "loss", "reorder", "limit", "mtu", "burst_time", "headroom")
-
-
 def _bare_number(value: Any) -> float:
     """The number a unit-less value (``20`` or ``"20"``) holds, else NaN (compares false)."""
     if isinstance(value, bool):
@@ -212,58 +212,81 @@ def _bare_number(value: Any) -> float:
     return math.nan
 
 
-def parse_shape_fields(data: dict[str, Any], field: str = "") -> dict[str, Any]:
-    """Spec keys -> LinkShape keyword arguments, with units parsed and unknown keys rejected.
+def _wan_time(value: Any, info: Any) -> Any:
+    """A delay, RTT or jitter; a unit-less number above 1 (``20`` or ``"20"``) is refused:
+    it would mean 20 s, almost surely meant as 20 ms."""
+    if _bare_number(value) > 1:
+        raise ValidationError(info.field_name, f"bare number {value} means {value} seconds",
+                              f"write the unit, e.g. '{value}ms' (or '{value}s' if you mean seconds)")
+    return value
 
-    ``rtt`` may stand in for ``delay``: the one-way delay is half of it.
-    Base-unit keys as written by ``to_dict(human=False)`` are accepted too.
-    """
 
-    def at(name: str) -> str:
-        return f"{field}.{name}" if field else name
+WanTime = Annotated[Duration, BeforeValidator(_wan_time)]
 
-    if not isinstance(data, dict):
-        raise ValidationError(field or "shape", f"expected a mapping, got {type(data).__name__}",
-                              "write e.g. {rate: 100Mbit, delay: 10ms}")
-    aliases = {"rate_bps": "rate", "delay_s": "delay", "jitter_s": "jitter", "loss_pct": "loss",
-               "burst_time_s": "burst_time"}
+
+class ShapeSpec(SpecModel):
+    """One direction of a link as a spec writes it (every key optional: unset keys inherit)."""
+
+    rate: Rate | None = unit_field(fix="e.g. rate: 100Mbit (null: unshaped)")
+    """bottleneck rate (HTB); null or absent: unshaped"""
+    delay: WanTime | None = unit_field(fix="e.g. delay: 20ms")
+    """one-way delay"""
+    rtt: WanTime | None = unit_field(fix="e.g. rtt: 40ms (one-way = rtt / 2); give delay or rtt, not both")
+    """round-trip time; the one-way delay is half of it"""
+    jitter: WanTime | None = unit_field(fix="e.g. jitter: 2ms")
+    """delay variation (netem's, or the userspace backend's)"""
+    loss: Percent | None = unit_field(fix="e.g. loss: 0.1%")
+    """random packet loss"""
+    reorder: bool | None = unit_field(fix="write reorder: true")
+    """let jitter reorder packets (netem's default); false keeps order"""
+    limit: Packets | None = unit_field(fix="e.g. limit: 1000")
+    """queue limit in packets"""
+    mtu: Packets | None = unit_field(fix="e.g. mtu: 1500")
+    """MTU used for HTB's burst sizing"""
+    burst_time: Duration | None = unit_field(fix="e.g. burst_time: 1ms")
+    """HTB burst as time at the rate"""
+    headroom: float | None = unit_field(fix="write e.g. 2")
+    """HTB ceil / rate headroom factor"""
+
+    @model_validator(mode="after")
+    def _one_of_delay_rtt(self) -> ShapeSpec:
+        if self.delay is not None and self.rtt is not None:
+            raise ValidationError("rtt", "both delay and rtt given", "give one of them")
+        return self
+
+    def given(self) -> dict[str, Any]:
+        """The keys the spec wrote (explicit nulls included), for merging defaults."""
+        return {k: getattr(self, k) for k in self.model_fields_set}
+
+
+SHAPE_KEYS = tuple(ShapeSpec.model_fields)
+
+
+def shape_kwargs(given: dict[str, Any]) -> dict[str, Any]:
+    """Merged spec keys (already parsed) -> LinkShape keyword arguments."""
     kw: dict[str, Any] = {}
-    for key, value in data.items():
-        name = aliases.get(key, key)
-        if key in ("delay", "rtt", "jitter") and _bare_number(value) > 1:
-            # a bare number is seconds: `delay: 20` would be 20 s, almost surely meant as 20 ms
-            raise ValidationError(at(str(key)), f"bare number {value} means {value} seconds",
-                                  f"write the unit, e.g. '{value}ms' (or '{value}s' if you mean seconds)")
-        if name not in SHAPE_KEYS:
-            raise ValidationError(at(str(key)), "unknown key", f"use one of: {', '.join(SHAPE_KEYS)}")
-        if name == "rate":
-            kw["rate_bps"] = None if value is None else parse_rate(value, at(key))
-        elif name == "delay":
-            if "rtt" in data:
-                raise ValidationError(at("rtt"), "both delay and rtt given", "give one of them")
-            kw["delay_s"] = parse_time(value, at(key))
-        elif name == "rtt":
-            kw["delay_s"] = parse_time(value, at(key)) / 2
-        elif name == "jitter":
-            kw["jitter_s"] = parse_time(value, at(key))
-        elif name == "loss":
-            kw["loss_pct"] = parse_percent(value, at(key))
-        elif name == "reorder":
-            if not isinstance(value, bool):
-                raise ValidationError(at(key), f"expected true/false, got {value!r}", "write reorder: true")
-            kw["reorder"] = value
-        elif name == "limit":
-            kw["limit"] = None if value is None else parse_packets(value, at(key))
-        elif name == "mtu":
-            kw["mtu"] = parse_packets(value, at(key))
-        elif name == "burst_time":
-            kw["burst_time_s"] = parse_time(value, at(key))
-        elif name == "headroom":
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValidationError(at(key), f"expected a number, got {value!r}", "write e.g. 2")
-            kw["headroom"] = float(value)
-    # Validate now so that errors carry the field path.
-    try:
+    for key, value in given.items():
+        if key == "rate":
+            kw["rate_bps"] = value
+        elif key == "delay":
+            kw["delay_s"] = value
+        elif key == "rtt":
+            kw["delay_s"] = value / 2
+        elif key in ("jitter", "burst_time"):
+            kw[f"{key}_s"] = value
+        elif key == "loss":
+            kw["loss_pct"] = value
+        elif value is not None or key == "limit":
+            kw[key] = value
+    return kw
+
+
+def parse_shape_fields(data: Any, field: str = "") -> dict[str, Any]:
+    """Spec keys -> LinkShape keyword arguments, with units parsed and unknown keys rejected
+    (``rtt`` may stand in for ``delay``: the one-way delay is half of it)."""
+    spec = validate(ShapeSpec, data, field)
+    kw = shape_kwargs(spec.given())
+    try:  # value constraints of the shape itself, under the spec's path
         LinkShape(**kw)
     except ValidationError as e:
         raise e.under(field) if field else e from None

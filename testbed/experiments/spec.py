@@ -28,12 +28,12 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from topologies import Topology, from_dict, load
 from topologies.loader import read_mapping
-from traffic_control.errors import ValidationError, check_keys
-from traffic_control.units import parse_time
+from traffic_control.errors import ValidationError
+from traffic_control.fields import Duration, SpecModel, unit_field, validate
 
 from ..network.addressing import plan_network
 from ..network.emulation import IMPAIRMENTS
@@ -43,9 +43,6 @@ DEFAULT_STALL_S = 180.0
 
 #: keys that do not change what a trial is (how many, where stored, prose): not hashed
 HASH_EXEMPT = ("repetitions", "results_dir", "description")
-KEYS = ("name", "description", "topology", "scale", "impairment", "allow_missing_netem", "repetitions", "seed",
-        "timeout", "stall", "training", "schemes", "collectors", "results_dir", "schedule")
-COLLECTOR_KEYS = ("rate_hz", "links", "procs", "trace")
 
 
 @dataclass
@@ -114,21 +111,82 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+_LABEL = r"^[A-Za-z0-9_.-]+$"
+
+
+class CollectorsSpec(SpecModel):
+    """What is sampled during each trial."""
+
+    rate_hz: float = unit_field(10.0, gt=0, le=1000, fix="e.g. rate_hz: 10")
+    """link and process samples per second"""
+    links: bool = True
+    """sample every WAN and LAN interface's counters and qdisc stats"""
+    procs: bool = True
+    """sample every training process's CPU and memory"""
+    trace: bool = True
+    """merge spans and samples into trace.json (Perfetto)"""
+
+
+class SchemeEntrySpec(SpecModel):
+    """One compared scheme: its label, its scheme section, and overrides of the base training."""
+
+    label: str | None = unit_field(None, pattern=_LABEL, fix="letters, digits, '_', '-', '.'")
+    """results label (default: the scheme's name); unique in the experiment"""
+    scheme: str | dict[str, Any] = unit_field(..., fix="e.g. scheme: {name: gsyn}")
+    """a scheme name, or {name: ..., params...} (the training section's scheme)"""
+    training: dict[str, Any] = unit_field(default_factory=dict, fix="training overrides, e.g. {stop: {steps: 50}}")
+    """overrides of the experiment's training section for this scheme (merged key by key)"""
+
+
+class ExperimentSpecModel(SpecModel):
+    """An experiment: one topology, every scheme x repetition on a fresh network (README "Experiments")."""
+
+    name: str | None = unit_field(None, pattern=_LABEL, fix="use letters, digits, '_', '-', '.'")
+    """results go to results/<name>/<run-id>/ (default: the file name)"""
+    description: str = ""
+    topology: str | dict[str, Any] = unit_field(..., fix="e.g. topology: three_dc_triangle")
+    """bundled name, a path (relative to the spec), or an inline topology mapping"""
+    scale: float | None = unit_field(None, gt=0, fix="e.g. scale: 0.5")
+    """multiplies every WAN rate of the topology (recorded)"""
+    impairment: Literal[IMPAIRMENTS] = unit_field("auto", fix=f"use one of: {', '.join(IMPAIRMENTS)}")  # type: ignore[valid-type]
+    """how delay, jitter and loss are realised (as for net up)"""
+    allow_missing_netem: bool = False
+    """run with delay/jitter/loss skipped (recorded) when no backend can realise them"""
+    repetitions: int = unit_field(1, ge=1, fix="e.g. repetitions: 3")
+    """trials per scheme, each on a fresh network"""
+    seed: int = unit_field(1, fix="e.g. seed: 1")
+    """repetition r uses seed + r (training and the impairment's random draws)"""
+    timeout: Duration = unit_field(600.0, gt=0, fix="e.g. timeout: 10min")
+    """per trial; then it is stopped and marked timeout"""
+    stall: Duration = unit_field(DEFAULT_STALL_S, ge=1,
+                                 fix="e.g. stall: 3min (a worker without progress that long fails the trial)")
+    """a worker without progress this long (hung, SIGSTOPped, blocked on a dead peer) fails the trial"""
+    training: dict[str, Any] = unit_field(default_factory=dict, fix="see README: training section")
+    """the base training section (workload, scheme, stop, optimizer, ...)"""
+    schemes: list[str | SchemeEntrySpec] | None = unit_field(None, min_length=1,
+                                                             fix="e.g. schemes: [bsp, asp, gsyn]")
+    """what to compare; each entry overrides training (default: the training's scheme)"""
+    collectors: CollectorsSpec = unit_field(default_factory=CollectorsSpec, fix="e.g. collectors: {rate_hz: 10}")
+    results_dir: str = "results"
+    """results root"""
+    schedule: str | None = unit_field(None, fix="a link schedule file, relative to the spec")
+    """link events played during every trial (traffic_control.schedule)"""
+
+
+KEYS = tuple(ExperimentSpecModel.model_fields)
+COLLECTOR_KEYS = tuple(CollectorsSpec.model_fields)
+
+
 def parse_experiment(data: Any, source: str = "") -> ExperimentSpec:
     from ..training.config import validate_training
 
     if not isinstance(data, dict):
         raise ValidationError("experiment", "expected a mapping", "see README: experiment spec reference")
-    check_keys(data, KEYS)
-    name = data.get("name") or (Path(source).stem if source else "")
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name or ""):
+    m = validate(ExperimentSpecModel, data)
+    name = m.name or (Path(source).stem if source else "")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name or ""):
         raise ValidationError("name", f"bad experiment name {name!r}", "use letters, digits, '_', '-', '.'")
-    topo_raw = data.get("topology")
-    if topo_raw is None:
-        raise ValidationError("topology", "missing", "e.g. topology: three_dc_triangle")
-    scale = data.get("scale")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0):
-        raise ValidationError("scale", f"scale must be a positive number, got {scale!r}", "e.g. scale: 0.5")
+    topo_raw, scale = m.topology, m.scale
     try:
         if isinstance(topo_raw, dict):
             topo = from_dict(topo_raw, source=f"{source}#topology")
@@ -140,47 +198,14 @@ def parse_experiment(data: Any, source: str = "") -> ExperimentSpec:
             topo = load(str(cand) if cand.is_file() else str(topo_raw), scale=scale)
     except ValidationError as e:
         raise e.under("topology") from None
-    imp = data.get("impairment", "auto")
-    if imp not in IMPAIRMENTS:
-        raise ValidationError("impairment", f"unknown backend {imp!r}", f"use one of: {', '.join(IMPAIRMENTS)}")
-    amn = data.get("allow_missing_netem", False)
-    if not isinstance(amn, bool):
-        raise ValidationError("allow_missing_netem", "expected true/false", "allow_missing_netem: true")
-    reps = data.get("repetitions", 1)
-    if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
-        raise ValidationError("repetitions", f"expected a positive integer, got {reps!r}", "e.g. repetitions: 3")
-    seed = data.get("seed", 1)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValidationError("seed", f"expected an integer, got {seed!r}", "e.g. seed: 1")
-    timeout = parse_time(data.get("timeout", "600s"), "timeout")
-    if timeout <= 0:
-        raise ValidationError("timeout", "must be positive", "e.g. timeout: 10min")
-    stall = parse_time(data.get("stall", f"{DEFAULT_STALL_S:g}s"), "stall")
-    if stall < 1:
-        raise ValidationError("stall", f"must be at least 1 s, got {stall:g} s",
-                              "e.g. stall: 3min (a worker without progress that long fails the trial)")
-    col_raw = data.get("collectors", {}) or {}
-    if not isinstance(col_raw, dict):
-        raise ValidationError("collectors", "expected a mapping", "e.g. collectors: {rate_hz: 10}")
-    check_keys(col_raw, COLLECTOR_KEYS, "collectors")
-    rate = col_raw.get("rate_hz", 10.0)
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= 1000:
-        raise ValidationError("collectors.rate_hz", f"expected a rate in (0, 1000] Hz, got {rate!r}", "e.g. 10")
-    for k in ("links", "procs", "trace"):
-        if k in col_raw and not isinstance(col_raw[k], bool):
-            raise ValidationError(f"collectors.{k}", "expected true/false", f"{k}: true")
-    collectors = Collectors(float(rate), col_raw.get("links", True), col_raw.get("procs", True),
-                            col_raw.get("trace", True))
-    base_training = data.get("training", {}) or {}
-    if not isinstance(base_training, dict):
-        raise ValidationError("training", "expected a mapping", "see README: training section")
-    raw_schemes = data.get("schemes")
-    if raw_schemes is None:
-        raw_schemes = [base_training.get("scheme", {"name": "bsp"})]
-    if not isinstance(raw_schemes, list) or not raw_schemes:
-        raise ValidationError("schemes", "expected a non-empty list", "e.g. schemes: [bsp, asp, gsyn]")
-    spec = ExperimentSpec(name, topo, [], reps, seed, imp, amn, timeout, collectors,
-                          str(data.get("description", "")), str(data.get("results_dir", "results")), data)
+    imp, amn, reps, seed, timeout, stall = m.impairment, m.allow_missing_netem, m.repetitions, m.seed, m.timeout, m.stall
+    c = m.collectors
+    collectors = Collectors(float(c.rate_hz), c.links, c.procs, c.trace)
+    base_training = m.training
+    raw_schemes: list[Any] = list(m.schemes) if m.schemes is not None else [
+        base_training.get("scheme", {"name": "bsp"})]
+    spec = ExperimentSpec(name, topo, [], reps, seed, imp, amn, timeout, collectors, m.description,
+                          m.results_dir, data)
     spec.stall_s = stall
     if data.get("schedule"):
         from traffic_control.schedule import load_schedule
@@ -194,35 +219,52 @@ def parse_experiment(data: Any, source: str = "") -> ExperimentSpec:
 
         check_schedule(topo, spec.schedule, Impairment("none", False) if imp == "none" else None)
     workers = spec.workers()
+    if "workload" in base_training:  # the base section on its own: a mistake in a part every scheme
+        first = raw_schemes[0]      # overrides (a replaced slowdown: list) is still a mistake
+        first = first if isinstance(first, str | dict) else first.scheme
+        try:
+            validate_training(dict(base_training, scheme=first), workers, field="training")
+        except ValidationError as e:
+            if not e.field.startswith("training.scheme"):  # the scheme's own errors are the entry's
+                raise
     labels: set[str] = set()
     for i, entry in enumerate(raw_schemes):
         f = f"schemes[{i}]"
         if isinstance(entry, str):
-            entry = {"label": entry, "scheme": {"name": entry}}
-        if not isinstance(entry, dict):
-            raise ValidationError(f, "expected a scheme name or a mapping", "e.g. {label: ssp2, scheme: {name: ssp, staleness: 2}}")
-        check_keys(entry, ("label", "scheme", "training"), f)
-        scheme = entry.get("scheme")
+            entry = SchemeEntrySpec(label=entry, scheme={"name": entry})
+        elif isinstance(entry, dict):  # the training's own scheme section (no schemes: list)
+            entry = SchemeEntrySpec(scheme=entry)
+        scheme = entry.scheme
         if isinstance(scheme, str):
             scheme = {"name": scheme}
-        if not isinstance(scheme, dict) or "name" not in scheme:
-            raise ValidationError(f"{f}.scheme", "expected {name: ...}", "e.g. scheme: {name: gsyn}")
-        label = entry.get("label") or scheme["name"]
+        if "name" not in scheme:
+            raise ValidationError(f"{f}.scheme.name", "missing", "e.g. scheme: {name: gsyn}")
+        label = entry.label or scheme["name"]
         if not isinstance(label, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", label):
             raise ValidationError(f"{f}.label", f"bad label {label!r}", "letters, digits, '_', '-', '.'")
         if label in labels:
             raise ValidationError(f"{f}.label", f"duplicate label {label!r}", "give each compared scheme a unique label")
         labels.add(label)
-        over = entry.get("training", {}) or {}
-        if not isinstance(over, dict):
-            raise ValidationError(f"{f}.training", "expected a mapping", "training overrides, e.g. {stop: {steps: 50}}")
-        training = _deep_merge(base_training, over)
+        # Errors name where the mistake is written: the base `training:` section, the entry's
+        # `scheme:` (or training.scheme when there is no schemes: list), or the entry's overrides.
+        scheme_at = f"{f}.scheme" if m.schemes is not None else "training.scheme"
+
+        def named(e: ValidationError, where: str, scheme_at: str = scheme_at) -> ValidationError:
+            if e.field == "training.scheme" or e.field.startswith(("training.scheme.", "training.scheme[")):
+                return ValidationError(scheme_at + e.field[len("training.scheme"):], e.problem, e.fix)
+            return ValidationError(where + e.field[len("training"):], e.problem, e.fix)
+
+        training = _deep_merge(base_training, entry.training)
         training["scheme"] = scheme
         try:
             validate_training(training, workers, field="training")
         except ValidationError as e:
-            raise ValidationError(f"{f}.{e.field}" if not e.field.startswith("training") else f"{f}.{e.field}",
-                                  e.problem, e.fix) from None
+            try:  # the same mistake without this entry's overrides: it is in the base section
+                validate_training(dict(base_training, scheme=scheme), workers, field="training")
+            except ValidationError as base_e:
+                if base_e.field == e.field:
+                    raise named(base_e, "training") from None
+            raise named(e, f"{f}.training") from None
         spec.schemes.append(SchemeRun(label, training))
     return spec
 

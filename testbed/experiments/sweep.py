@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from topologies.loader import read_mapping
-from traffic_control.errors import ValidationError, check_keys
+from traffic_control.errors import ValidationError
+from traffic_control.fields import SpecModel, unit_field, validate
 from traffic_control.files import write_atomic, write_json_atomic
 from traffic_control.shape import SHAPE_KEYS
 from traffic_control.units import parse_percent, parse_rate, parse_time
@@ -36,7 +37,24 @@ from ..ownership import hand_over, missing_parents
 from .runner import RecordsUnwritable, run_experiment
 from .spec import parse_experiment
 
-SWEEP_KEYS = ("name", "experiment", "grid", "repetitions", "results_dir")
+
+class SweepSpec(SpecModel):
+    """A grid over experiment fields (module doc)."""
+
+    name: str | None = unit_field(None, pattern=r"^[A-Za-z0-9_.-]+$", fix="use letters, digits, '_', '-', '.'")
+    """results go to results/<name>/sweep (default: the file name)"""
+    experiment: str | dict[str, Any] = unit_field(..., fix="experiment: demo.yaml or an inline mapping")
+    """the base experiment: a path relative to the sweep file, or an inline mapping"""
+    grid: dict[str, list[Any]] = unit_field(..., min_length=1,
+                                            fix="e.g. grid: {wan.rate: [20Mbit, 50Mbit]}")
+    """field -> values; every combination is one point (wan.<field> sets every WAN link)"""
+    repetitions: int | None = unit_field(None, ge=1, fix="e.g. repetitions: 3")
+    """trials per scheme and point (overrides the base experiment's)"""
+    results_dir: str = "results"
+    """results root"""
+
+
+SWEEP_KEYS = tuple(SweepSpec.model_fields)
 
 #: wan.<field> -> (manifest name, parser to SI units); the report labels these axes (report.SWEEP_X)
 _WAN_SI = {"rate": ("rate_bps", parse_rate), "delay": ("delay_s", parse_time), "rtt": ("rtt_s", parse_time),
@@ -111,29 +129,24 @@ def expand(sweep: dict[str, Any], source: str = "") -> tuple[str, list[tuple[dic
     """Validate a sweep spec; return its name and (point, experiment mapping) for every grid point."""
     if not isinstance(sweep, dict):
         raise ValidationError("sweep", "expected a mapping", "see README: sweep spec")
-    check_keys(sweep, SWEEP_KEYS)
-    name = sweep.get("name") or (Path(source).stem if source else "sweep")
-    base = sweep.get("experiment")
+    m = validate(SweepSpec, sweep)
+    name = m.name or (Path(source).stem if source else "sweep")
+    base = m.experiment
     if isinstance(base, str):
         p = Path(source).parent / base if source else Path(base)
         if not p.is_file():
             raise ValidationError("experiment", f"no experiment file {base!r}", "give a path relative to the sweep file")
         base_map = read_mapping(p)
         base_src = str(p)
-    elif isinstance(base, dict):
-        base_map, base_src = base, source
     else:
-        raise ValidationError("experiment", "missing base experiment", "experiment: demo.yaml or an inline mapping")
-    grid = sweep.get("grid")
-    if not isinstance(grid, dict) or not grid:
-        raise ValidationError("grid", "expected a non-empty mapping of field -> list of values",
-                              "e.g. grid: {wan.rate: [20Mbit, 50Mbit]}")
+        base_map, base_src = dict(base), source
+    grid = m.grid
     for k, vals in grid.items():
-        if not isinstance(vals, list) or not vals:
+        if not vals:
             raise ValidationError(f"grid.{k}", "expected a non-empty list of values", f"e.g. {k}: [a, b]")
         if k.startswith("wan.") and k[4:] not in SHAPE_KEYS:
             raise ValidationError(f"grid.{k}", f"unknown WAN field {k[4:]!r}", f"use wan.<{'|'.join(SHAPE_KEYS)}>")
-    reps = sweep.get("repetitions")
+    reps = m.repetitions
     points = []
     keys = list(grid)
     for combo in itertools.product(*(grid[k] for k in keys)):

@@ -39,11 +39,13 @@ import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import networkx as nx
+from pydantic import Field
 
 from traffic_control.errors import ValidationError
+from traffic_control.fields import SpecModel, unit_field, validate
 
 #: A route: ``path(src, dst)`` is the list of DCs traffic from ``src`` to ``dst`` crosses.
 PathFn = Callable[[str, str], Sequence[str]]
@@ -261,14 +263,43 @@ class Plan:
         return _plan_from_dict(data, field_name)
 
 
-def _num(value: Any, field_name: str, *, minimum: float | None = None, integer: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
-        raise ValidationError(field_name, f"expected a number, got {value!r}", "write a finite number")
-    if integer and value != int(value):
-        raise ValidationError(field_name, f"expected a whole number, got {value!r}", "write an integer")
-    if minimum is not None and value < minimum:
-        raise ValidationError(field_name, f"must be >= {minimum}, got {value!r}", f"write a number >= {minimum}")
-    return float(value)
+_Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class TreeSpec(SpecModel):
+    """One aggregation tree of a plan file."""
+
+    root: str = unit_field(..., fix="name the root DC")
+    parents: dict[str, str] = unit_field(default_factory=dict, fix='write e.g. {"west": "central"}')
+    """child DC -> parent DC, for every DC but the root"""
+    share: _Finite = unit_field(..., ge=0, fix="the fraction of the gradient this tree carries")
+    chunks: int = unit_field(1, ge=1, fix="write an integer >= 1")
+    latency_s: float = 0.0
+    """as written by blp-plan (informational)"""
+
+
+class LinkLoadSpec(SpecModel):
+    src: str
+    dst: str
+    bytes: _Finite = unit_field(0.0, ge=0)
+    rate_bps: float = unit_field(math.inf, ge=0)
+    time_s: _Finite = unit_field(0.0, ge=0)
+
+
+class PlanSpec(SpecModel):
+    """A plan file as ``testbed blp-plan --json`` writes it (and pgcs's ``plan:`` takes inline)."""
+
+    format: Literal[FORMAT] = unit_field(FORMAT, fix=f"expected {FORMAT!r}")  # type: ignore[valid-type]
+    dcs: list[str] = unit_field(..., min_length=1, fix="list every DC")
+    size_bytes: _Finite = unit_field(..., gt=0, fix="give the gradient size in bytes, e.g. 100MB")
+    chunks: int = unit_field(1, ge=1, fix="write an integer >= 1")
+    solver: str = "file"
+    predicted_time_s: float | None = None
+    bandwidth_time_s: float = 0.0
+    latency_time_s: float = 0.0
+    trees: list[TreeSpec] = unit_field(..., min_length=1, fix="give at least one tree")
+    links: list[LinkLoadSpec] = unit_field(default_factory=list)
+    notes: list[str] = unit_field(default_factory=list)
 
 
 def _plan_from_dict(data: Any, f: str) -> Plan:
@@ -276,50 +307,13 @@ def _plan_from_dict(data: Any, f: str) -> Plan:
         raise ValidationError(f, f"expected a JSON object, got {type(data).__name__}", "give a plan written by blp-plan")
     if "plan" in data and "trees" not in data and isinstance(data["plan"], dict):
         data = data["plan"]  # the CLI's --json output wraps the plan with the baselines
-    fmt = data.get("format", FORMAT)
-    if fmt != FORMAT:
-        raise ValidationError(f"{f}.format", f"unknown plan format {fmt!r}", f"expected {FORMAT!r}")
-    dcs = data.get("dcs")
-    if not isinstance(dcs, list) or not dcs or not all(isinstance(d, str) for d in dcs):
-        raise ValidationError(f"{f}.dcs", f"expected a list of DC names, got {dcs!r}", "list every DC")
-    size = check_size(data.get("size_bytes"), f"{f}.size_bytes")
-    chunks = int(_num(data.get("chunks", 1), f"{f}.chunks", minimum=1, integer=True))
-    raw_trees = data.get("trees")
-    if not isinstance(raw_trees, list) or not raw_trees:
-        raise ValidationError(f"{f}.trees", "expected a non-empty list of trees", "give at least one tree")
-    trees = []
-    lats = []
-    for i, t in enumerate(raw_trees):
-        tf = f"{f}.trees[{i}]"
-        if not isinstance(t, dict):
-            raise ValidationError(tf, "expected an object with root, parents, share, chunks", "see docs")
-        root = t.get("root")
-        if not isinstance(root, str):
-            raise ValidationError(f"{tf}.root", f"expected a DC name, got {root!r}", "name the root DC")
-        parents = t.get("parents", {})
-        if not isinstance(parents, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                    for k, v in parents.items()):
-            raise ValidationError(f"{tf}.parents", "expected an object mapping child DC -> parent DC",
-                                  'write e.g. {"west": "central"}')
-        share = _num(t.get("share"), f"{tf}.share", minimum=0.0)
-        nchunks = int(_num(t.get("chunks", 1), f"{tf}.chunks", minimum=1, integer=True))
-        trees.append(Tree(root=root, parents=dict(parents), share=share, chunks=nchunks))
-        lats.append(float(t.get("latency_s", 0.0)) if isinstance(t.get("latency_s"), (int, float)) else 0.0)
-    links = []
-    for j, ll in enumerate(data.get("links", []) or []):
-        lf = f"{f}.links[{j}]"
-        if not isinstance(ll, dict) or not isinstance(ll.get("src"), str) or not isinstance(ll.get("dst"), str):
-            raise ValidationError(lf, "expected {src, dst, bytes, rate_bps, time_s}", "give a plan written by blp-plan")
-        rate = ll.get("rate_bps", math.inf)
-        rate = math.inf if rate == math.inf else _num(rate, f"{lf}.rate_bps", minimum=0)
-        links.append(LinkLoad(ll["src"], ll["dst"], _num(ll.get("bytes", 0.0), f"{lf}.bytes", minimum=0),
-                              rate, _num(ll.get("time_s", 0.0), f"{lf}.time_s", minimum=0)))
-    cost = PlanCost(float(data.get("bandwidth_time_s", 0.0) or 0.0), float(data.get("latency_time_s", 0.0) or 0.0),
-                    tuple(lats), tuple(links))
-    notes = data.get("notes", [])
-    return Plan(dcs=tuple(dcs), size_bytes=size, trees=tuple(trees), chunks=chunks,
-                solver=str(data.get("solver", "file")), cost=cost,
-                notes=tuple(str(n) for n in notes) if isinstance(notes, list) else ())
+    m = validate(PlanSpec, data, f)
+    trees = tuple(Tree(root=t.root, parents=dict(t.parents), share=float(t.share), chunks=t.chunks) for t in m.trees)
+    links = tuple(LinkLoad(ll.src, ll.dst, float(ll.bytes), float(ll.rate_bps), float(ll.time_s)) for ll in m.links)
+    cost = PlanCost(float(m.bandwidth_time_s), float(m.latency_time_s), tuple(float(t.latency_s) for t in m.trees),
+                    links)
+    return Plan(dcs=tuple(m.dcs), size_bytes=int(m.size_bytes), trees=trees, chunks=m.chunks, solver=m.solver,
+                cost=cost, notes=tuple(m.notes))
 
 
 # ------------------------------------------------------------------ validation

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from testbed.training.schema import ValidationError, from_mapping, to_plain
 from testbed.training.schemes import SCHEMES
 from testbed.training.workloads import WORKLOADS
+from traffic_control.fields import Duration
 
 __all__ = [
     "DelayDist", "FaultConfig", "NamedParams", "OptimizerConfig", "SlowdownRule", "StopConfig", "TargetConfig",
@@ -85,7 +86,7 @@ class StopConfig:
     """
 
     steps: int | None = 100
-    wall_s: float | None = None
+    wall_s: Duration | None = None
     target: TargetConfig | None = None
 
     def check(self, field: str) -> None:
@@ -109,12 +110,12 @@ class DelayDist:
     """
 
     dist: Literal["constant", "uniform", "exponential", "normal", "lognormal"]
-    value_s: float | None = None
-    low_s: float | None = None
-    high_s: float | None = None
-    mean_s: float | None = None
-    std_s: float | None = None
-    median_s: float | None = None
+    value_s: Duration | None = None
+    low_s: Duration | None = None
+    high_s: Duration | None = None
+    mean_s: Duration | None = None
+    std_s: Duration | None = None
+    median_s: Duration | None = None
     sigma: float | None = None
     prob: float = 1.0
 
@@ -205,8 +206,8 @@ class TrainingConfig:
     slowdown: list[SlowdownRule] = field(default_factory=list)
     rendezvous_port: int = 29500  # torch.distributed TCP store on rank 0's address
     server_port: int = 29600  # parameter server listens on its host's address
-    comm_timeout_s: float = 300.0  # collective / server-reply timeout
-    connect_timeout_s: float = 60.0  # how long a worker retries reaching the server
+    comm_timeout_s: Duration = 300.0  # collective / server-reply timeout
+    connect_timeout_s: Duration = 60.0  # how long a worker retries reaching the server
     save_model: bool = False  # write models/<role>.<rank>.pt (final flat parameters) at the end
     fault: FaultConfig | None = None  # deliberate worker crash (supervision tests)
 

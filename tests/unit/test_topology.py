@@ -320,7 +320,7 @@ def test_pinned_route_that_routers_would_not_follow_is_rejected():
     ({"name": "x", "dcs": ["a", "b"], "links": [{"a": {"x": 1}, "b": "b"}]}, "links[0].a"),
     ({"name": "x", "dcs": ["a", "b"], "links": [{"a": "a", "b": ["b"]}]}, "links[0].b"),
     ({"name": "x", "dcs": ["a", "b", "c"], "links": [{"a": "a", "b": "b"}, {"a": "b", "b": "c"}],
-      "routes": {"a->c": ["a", ["b"], "c"]}}, "routes['a->c']"),
+      "routes": {"a->c": ["a", ["b"], "c"]}}, "routes['a->c'][1]"),
     ({"name": "x", "dcs": ["a", "b"], "links": [{"a": "a", "b": "b"}], "ps": ["a"]}, "ps"),
     ({"name": "x", "dcs": [f"d{i}" for i in range(251)],
       "links": [{"a": f"d{i}", "b": f"d{i + 1}"} for i in range(250)]}, "dcs"),

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from testbed.training.schema import ValidationError
+from traffic_control.fields import Duration, Size
 
 
 def _positive(field: str, name: str, value: float) -> None:
@@ -76,8 +77,8 @@ class SyntheticParams:
     """
 
     params: int | None = None
-    grad_bytes: int | None = None
-    compute_s: float = 0.05  # seconds per step, before slowdown
+    grad_bytes: Size | None = None
+    compute_s: Duration = 0.05  # seconds per step, before slowdown
     compute_mode: Literal["sleep", "busy"] = "sleep"
     batch_size: int = 1  # nominal samples per step (only used for accounting)
     noise: float = 0.5  # per-(worker, step) gradient scale drawn from U(1-noise, 1+noise)
