@@ -16,7 +16,6 @@ prints predicted and measured side by side.  Records only; no network.
 
 from __future__ import annotations
 
-import csv
 import json
 import statistics
 import sys
@@ -28,17 +27,18 @@ from testbed.training.gsyn_plan import format_plan, inputs_from_spans, load_spec
 
 
 def time_to_target(trial: Path, metric: str, value: float) -> float | None:
+    """The report's definition (testbed.analysis.tables.time_to_target) on one trial's metrics.csv."""
+    import math
+
+    import pandas as pd
+
+    from testbed.analysis.tables import time_to_target as ttt
+
     p = trial / "metrics.csv"
     if not p.exists():
         return None
-    for row in csv.DictReader(p.open()):
-        try:
-            v = float(row[metric])
-        except (KeyError, ValueError):
-            continue
-        if (v >= value) if metric == "acc" else (v <= value):
-            return float(row["wall_s"])
-    return None
+    t = ttt(pd.read_csv(p), value if metric == "loss" else None, value if metric == "acc" else None)
+    return None if math.isnan(t) else t
 
 
 def main() -> int:

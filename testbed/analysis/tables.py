@@ -342,7 +342,10 @@ def link_rates(links: pd.DataFrame) -> pd.DataFrame:
     return df.drop(columns=["_src", "_dup"]).reset_index(drop=True)
 
 
-def _time_to_target(m: pd.DataFrame, target_loss: float | None, target_acc: float | None) -> float:
+def time_to_target(m: pd.DataFrame, target_loss: float | None, target_acc: float | None) -> float:
+    """THE time to target: wall time of the first evaluation with held-out accuracy >= ``target_acc``
+    (or loss <= ``target_loss``) in one trial's metrics; NaN if never reached.  Reports, sweeps and
+    benchmarks all use this one definition."""
     if m.empty:
         return math.nan
     m = m.sort_values("wall_s")
@@ -412,7 +415,7 @@ def trial_summary(t: Tables, target_loss: float | None = None,
             row["updates_per_s"] = math.nan
         row["final_loss"] = float(m.sort_values("wall_s")["loss"].dropna().iloc[-1]) \
             if not m.empty and "loss" in m.columns and m["loss"].notna().any() else math.nan
-        row["time_to_target_s"] = _time_to_target(m, target_loss, target_acc)
+        row["time_to_target_s"] = time_to_target(m, target_loss, target_acc)
         s_st = sel(stale)
         row["mean_staleness"] = float(s_st["staleness"].mean()) if len(s_st) else math.nan
         row["wan_bytes"] = _wan_bytes(sel(t.links))

@@ -167,3 +167,10 @@ def test_ci95_ignores_what_is_not_a_number() -> None:
     mean, hw, n = T.ci95(vals + [float("nan"), None, "x"])
     assert n == 12
     assert hw == pytest.approx(2.201 * float(np.std(vals, ddof=1)) / math.sqrt(12), rel=1e-3)
+
+
+def test_time_to_target_is_the_first_evaluation_reaching_it() -> None:
+    m = pd.DataFrame({"wall_s": [3.0, 1.0, 2.0, 4.0], "loss": [0.5, 2.0, 0.9, 0.4], "acc": [0.8, 0.1, 0.6, 0.9]})
+    assert T.time_to_target(m, 1.0, None) == 2.0  # sorted by time: 1.0 -> 2.0, first <= 1.0 at 2 s
+    assert T.time_to_target(m, None, 0.85) == 4.0
+    assert math.isnan(T.time_to_target(m, 0.1, None)) and math.isnan(T.time_to_target(m.iloc[:0], 1.0, None))
