@@ -48,6 +48,7 @@ OKABE_ITO = {
     "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7",
 }
 TOL_WINE = "#882255"
+TOL_INDIGO = "#332288"  # Paul Tol's indigo: DiLoCo, the local-SGD state of the art
 GREY = "#999999"
 
 SCHEME_COLORS: dict[str, str] = {
@@ -59,17 +60,18 @@ SCHEME_COLORS: dict[str, str] = {
     "gsyn": OKABE_ITO["green"],
     "pgcs": OKABE_ITO["purple"],
     "pgcs-blp": TOL_WINE,
+    "diloco": TOL_INDIGO,
 }
 SCHEME_ORDER = list(SCHEME_COLORS)
 # Tol "muted" colours for names outside the table, picked by a stable hash
-_EXTRA = ["#332288", "#117733", "#44AA99", "#999933", "#AA4499", "#CC6677", "#DDCC77", "#88CCEE"]
+_EXTRA = ["#117733", "#44AA99", "#999933", "#AA4499", "#CC6677", "#DDCC77", "#88CCEE"]
 
 # ------------------------------------------------------------------ markers and dashes
 #
 # A style is a position p on a cycle of len(MARKER_CYCLE) * len(DASH_CYCLE) = 91 pairs
 # (13 and 7 are coprime, so p -> (MARKER_CYCLE[p % 13], DASH_CYCLE[p % 7]) is one-to-one).
-# The known schemes sit 11 apart (_BASE_POS), and variant v of a scheme takes
-# position base + v, so variants 0..10 of all schemes are pairwise distinct.
+# The known schemes sit 10 apart (_BASE_POS), and variant v of a scheme takes
+# position base + v, so variants 0..9 of all schemes are pairwise distinct.
 
 DASH_NAMES = ["solid", "dotted", "sparse dots", "short dash", "dashed", "dash-dot",
               "dash-dot-dot"]
@@ -77,11 +79,12 @@ DASH_NAMES = ["solid", "dotted", "sparse dots", "short dash", "dashed", "dash-do
 DASH_CYCLE: list[Any] = ["-", (0, (1, 1.2)), (0, (1, 2.5)), (0, (2, 1.2)), (0, (5, 2)),
                          (0, (4, 1.5, 1, 1.5)), (0, (4, 1, 1, 1, 1, 1))]
 MARKER_CYCLE = ["o", "X", "<", "P", ">", "s", "p", "^", "h", "*", "d", "D", "v"]
-# bsp-ring and ssp share the solid line (8 schemes, 7 dashes): their greys differ most (0.34, 0.64)
-_BASE_POS = {"bsp-ring": 0, "gsyn": 11, "sequential": 22, "asp": 33, "bsp-hier": 44, "pgcs": 55,
-             "pgcs-blp": 66, "ssp": 77}
+# 9 schemes, 7 dashes: bsp-ring and ssp share the solid line (their greys differ most, 0.34 and
+# 0.64), diloco and gsyn the short dash (markers '<' and 'd', greys 0.20 and 0.42)
+_BASE_POS = {"bsp-ring": 0, "gsyn": 10, "sequential": 20, "asp": 30, "bsp-hier": 40, "pgcs": 50,
+             "pgcs-blp": 60, "ssp": 70, "diloco": 80}
 _CYCLE = len(MARKER_CYCLE) * len(DASH_CYCLE)
-_VARIANTS_PER_SCHEME = 11  # distinct positions before the next scheme's
+_VARIANTS_PER_SCHEME = 10  # distinct positions before the next scheme's
 
 
 def _pair(pos: int) -> tuple[str, Any]:
@@ -93,7 +96,7 @@ SCHEME_DASHES = {k: _pair(p)[1] for k, p in _BASE_POS.items()}
 # bars per scheme (staleness): a hatch per scheme, cycled like the dashes for variants
 HATCH_CYCLE = ["", "////", "....", "xxxx", "\\\\\\\\", "||||", "----", "++++", "oo"]
 _BASE_HATCH = {"sequential": 0, "bsp-ring": 0, "bsp-hier": 1, "asp": 0, "ssp": 2, "gsyn": 3,
-               "pgcs": 4, "pgcs-blp": 5}
+               "pgcs": 4, "pgcs-blp": 5, "diloco": 6}
 
 # ------------------------------------------------------------------ phases
 

@@ -217,7 +217,7 @@ def register(sub: Any) -> None:
                     help="refuse (exit 2) when the code, libraries, kernel or capabilities differ")
     rr.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout")
     rr.set_defaults(func=cmd_rerun)
-    demo = sub.add_parser("demo", help="the built-in demo: three_dc_triangle, BSP/ASP/SSP/Gsyn/PGCS+BLP, figures")
+    demo = sub.add_parser("demo", help="the built-in demo: three_dc_triangle, BSP/ASP/SSP/Gsyn/DiLoCo/PGCS+BLP, figures")
     demo.add_argument("--reduced", action="store_true", help="the short form make test runs")
     demo.add_argument("--results", help="results root (default results/)")
     demo.set_defaults(func=cmd_demo)

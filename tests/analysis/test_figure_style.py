@@ -147,10 +147,10 @@ def test_scheme_style_stable_and_distinct() -> None:
     # the same label looks the same whatever else is in the figure
     alone = style.scheme_styles(["gsyn-g3"])["gsyn-g3"]
     assert alone == style.scheme_styles(VARIANTS)["gsyn-g3"] == style.scheme_style("gsyn-g3")
-    # variants 0..10 of every known scheme: all (marker, dash) pairs distinct
+    # variants 0..9 of every known scheme: all (marker, dash) pairs distinct
     pairs = {}
     for base in style.SCHEME_COLORS:
-        for v in range(11):
+        for v in range(style._VARIANTS_PER_SCHEME):
             lab = base if v == 0 else f"{base}-x{v}"
             st = style.scheme_style(lab)
             key = (st["marker"], repr(st["linestyle"]))

@@ -182,3 +182,52 @@ def test_stops_when_the_target_is_reached(tmp_path_factory, scheme):
             if s["phase"] == "compute":
                 by_host[s["host"]].add(s["step"])
         assert by_host["a1"] == by_host["a2"] and by_host["b1"] == by_host["b2"]
+
+
+# -- DiLoCo: H inner steps, outer Nesterov on the averaged outer gradient --------------------------
+def diloco_reference(config, workers: int, steps: int):  # noqa: ANN201 - torch tensor
+    """One process playing every worker in turn, under the stated DiLoCo semantics."""
+    from testbed.training.config import validate_training
+    from testbed.training.flat import FlatModel, make_optimizer
+    from testbed.training.schemes.diloco import outer_step
+    from testbed.training.workloads import build_workload
+
+    tc = validate_training(config)
+    p = tc.scheme.params
+    wl = build_workload(tc.workload.name, tc.workload.params, tc.seed)
+    local = [FlatModel(wl.build_model()) for _ in range(workers)]
+    opts = [make_optimizer(tc.optimizer, m.plist) for m in local]
+    theta, momentum, step = local[0].params.clone(), None, 0
+    while step < steps:
+        h = min(p.inner_steps, steps - step)
+        for r in range(workers):
+            for k in range(step, step + h):
+                local[r].zero_grad()
+                wl.loss(local[r].model, wl.batch(k, r, workers)).backward()
+                opts[r].step()
+        step += h
+        grad = sum(theta - m.params for m in local) / workers
+        momentum = outer_step(theta, grad, momentum, p.outer_lr, p.outer_momentum, p.nesterov)
+        for m in local:
+            m.load(theta)
+    return theta
+
+
+@pytest.mark.parametrize("steps,inner", [(8, 4), (10, 4)])  # the second ends with a short round
+def test_diloco_equals_its_reference_and_syncs_every_h_steps(tmp_path_factory, steps, inner):
+    config = cfg({"name": "diloco", "inner_steps": inner, "outer_lr": 0.7, "outer_momentum": 0.9}, steps)
+    res = run(tmp_path_factory, f"diloco-{steps}", config)
+    finals = [load_params(res.out_dir, "worker", r) for r in range(WORKERS)]
+    for f in finals[1:]:
+        assert torch.equal(f, finals[0])  # one global model after every round
+    ref = diloco_reference(config, WORKERS, steps)
+    assert torch.allclose(finals[0], ref, rtol=1e-5, atol=1e-6), (finals[0] - ref).abs().max()
+    ws = spans(res.out_dir, "worker")
+    outer = [s for s in ws if s["phase"] in ("wan_sync", "intra_sync") and s.get("what") == "outer"]
+    rounds = sorted({s["step"] for s in outer})
+    assert rounds == sorted({min(k, steps) - 1 for k in range(inner, steps + inner, inner)})
+    assert len(outer) == WORKERS * len(rounds) and all(s["bytes"] > 0 for s in outer)
+    inner_applies = [s for s in ws if s["phase"] == "apply" and s.get("what") == "inner"]
+    assert len(inner_applies) == WORKERS * steps
+    rows = (res.out_dir / "metrics.csv").read_text().splitlines()
+    assert rows[-1].endswith(f",{len(rounds)}")  # updates = outer steps

@@ -9,7 +9,13 @@ whose params say ``uses_server`` also need the parameter-server process
 from __future__ import annotations
 
 from testbed.training.registry import Registry
-from testbed.training.schemes.params import AspParams, BspParams, GsynParams, SspParams
+from testbed.training.schemes.params import (
+    AspParams,
+    BspParams,
+    DilocoParams,
+    GsynParams,
+    SspParams,
+)
 
 SCHEMES = Registry("scheme")
 SCHEMES.register("bsp", BspParams, "testbed.training.schemes.bsp:run",
@@ -18,6 +24,8 @@ SCHEMES.register("asp", AspParams, "testbed.training.schemes.ps_worker:run",
                  "asynchronous parameter server")
 SCHEMES.register("ssp", SspParams, "testbed.training.schemes.ps_worker:run",
                  "stale-synchronous parameter server (staleness bound s)")
+SCHEMES.register("diloco", DilocoParams, "testbed.training.schemes.diloco:run",
+                 "DiLoCo local SGD: H inner steps per worker, outer Nesterov step on the averaged outer gradient")
 SCHEMES.register("gsyn", GsynParams, "testbed.training.schemes.gsyn:run",
                  "BSP inside G groups, asynchronous parameter server between groups")
 from testbed.training.schemes.pgcs_params import DdpOverlapParams, PgcsParams  # noqa: E402

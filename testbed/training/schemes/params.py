@@ -137,3 +137,32 @@ class GsynParams:
             raise ValidationError(field, f"worker host {workers[missing[0]][0]!r} is in no group",
                                   "list every worker host in one group")
         return out
+
+
+@dataclass
+class DilocoParams:
+    """DiLoCo (Douillard et al., 2023, arXiv:2311.08105): local SGD with an outer optimizer.
+
+    Every worker runs ``inner_steps`` (H) steps of the training's optimizer (the *inner*
+    optimizer, its state kept per worker across rounds) on its own shard, from the global
+    model; then the workers average their *outer gradients* (global minus local parameters,
+    one ring all-reduce of the model's size per H steps instead of one per step) and every
+    worker applies the same outer step, SGD with Nesterov momentum (the paper's
+    ``outer_lr`` 0.7, momentum 0.9), to the global model.  ``inner_steps: 1`` with
+    ``outer_lr: 1, outer_momentum: 0`` is parameter averaging after every step.
+    """
+
+    uses_server: ClassVar[bool] = False
+    inner_steps: int = 50
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
+    nesterov: bool = True
+
+    def check(self, field: str) -> None:
+        if self.inner_steps < 1:
+            raise ValidationError(f"{field}.inner_steps", f"must be >= 1, got {self.inner_steps}",
+                                  "e.g. inner_steps: 50 (H, steps between outer syncs)")
+        if self.outer_lr <= 0:
+            raise ValidationError(f"{field}.outer_lr", f"must be > 0, got {self.outer_lr}", "e.g. outer_lr: 0.7")
+        if not 0 <= self.outer_momentum < 1:
+            raise ValidationError(f"{field}.outer_momentum", "must be in [0, 1)", "e.g. outer_momentum: 0.9")
