@@ -83,6 +83,14 @@ def ring_wan_bytes(sent: int, ring: Sequence[int], rank: int, peers: Sequence[Pe
     return sent if peers[nxt].dc != peers[rank].dc else 0
 
 
+def star_wan_bytes(sent: int, leader: int, members: Sequence[int], peers: Sequence[Peer]) -> int:
+    """Bytes of a leader's star broadcast (``sent`` = what it sent to all others) that crossed DCs."""
+    others = [m for m in members if m != leader]
+    if not sent or not others:
+        return 0
+    return sent // len(others) * sum(1 for m in others if peers[m].dc != peers[leader].dc)
+
+
 def sync_phase(peers: Sequence[Peer], ranks: Sequence[int]) -> str:
     """``intra_sync`` when all ranks are in one DC, else ``wan_sync``."""
     return "intra_sync" if len({peers[r].dc for r in ranks}) <= 1 else "wan_sync"

@@ -247,3 +247,23 @@ def test_gsyn_groups_do_not_wait_for_each_other(tmp_path_factory):
     slow_done_before = sum(1 for s in by_group[1] if s["ts"] + s["dur"] <= fast_done)
     print(f"group b had pushed {slow_done_before}/{steps} when group a finished")
     assert slow_done_before <= steps // 2, (slow_done_before, "group b kept pace: the groups are coupled")
+
+
+def test_gsyn_group_spanning_dcs_counts_its_broadcast_as_wan(tmp_path_factory):
+    """Explicit groups across DCs ({a1, b1}, {a2, b2}): the leader's model broadcast crosses the WAN,
+    so it is a wan_sync span whose wan_bytes are the model bytes sent to the member in the other DC."""
+    steps = 4
+    config = cfg({"name": "gsyn", "groups": [["a1", "b1"], ["a2", "b2"]]}, steps)
+    res = run(tmp_path_factory, "gsyn-cross", config)
+    ws = spans(res.out_dir, "worker")
+    bcasts = [s for s in ws if s.get("op") == "broadcast"]
+    leaders = [s for s in bcasts if s["bytes"]]
+    assert leaders and {s["host"] for s in leaders} == {"a1", "a2"}
+    assert all(s["phase"] == "wan_sync" and s["wan_bytes"] == s["bytes"] for s in leaders)  # one member, remote
+    assert all(s["phase"] == "wan_sync" for s in bcasts)
+    members = [s for s in bcasts if not s["bytes"]]
+    assert members and all(s["wan_bytes"] == 0 for s in members)  # receivers count nothing (no double count)
+    # in-DC groups (the default: one per DC) stay intra_sync with no WAN bytes
+    res = run(tmp_path_factory, "gsyn-dc", cfg({"name": "gsyn"}, steps))
+    bc = [s for s in spans(res.out_dir, "worker") if s.get("op") == "broadcast"]
+    assert bc and all(s["phase"] == "intra_sync" and s["wan_bytes"] == 0 for s in bc)

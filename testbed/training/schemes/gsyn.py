@@ -10,7 +10,7 @@ Per group step ``k`` (groups from the job, leader = first member):
    computed on, the server applies it at once and returns its current
    model (``push``/``pull``, see ``psclient``);
 4. the leader broadcasts model + version + stop flag to its members
-   (``intra_sync``).
+   (``intra_sync``, or ``wan_sync`` with ``wan_bytes`` for the members in other DCs).
 
 Members never decide to stop on their own clock: the leader's stop flag
 (its step budget, wall-clock limit, or the server's stop) travels in the
@@ -53,8 +53,9 @@ def run(ctx: WorkerContext) -> int:
             reply = client.hello()
             pbuf[:n].copy_(reply.params)
             pbuf[n], pbuf[n + 1] = float(reply.version), float(reply.stop)
-        with ctx.rec.span("intra_sync", step=None, op="broadcast", peer=job.peers[leader].host, group=g) as sp:
-            sp["bytes"] = star_broadcast(pbuf, leader, members, pg)
+        with ctx.rec.span(phase, step=None, op="broadcast", peer=job.peers[leader].host, group=g) as sp:
+            sent = star_broadcast(pbuf, leader, members, pg)
+            sp.set(bytes=sent, wan_bytes=tdist.star_wan_bytes(sent, leader, members, job.peers))
         ctx.params_in(pbuf)
         version, stop = int(pbuf[n]), bool(pbuf[n + 1])
         step = 0
@@ -73,9 +74,10 @@ def run(ctx: WorkerContext) -> int:
                     reply = client.push(step, version, gbuf[:n], last=last)
                     pbuf[:n].copy_(reply.params)
                     pbuf[n], pbuf[n + 1] = float(reply.version), float(reply.stop or last)
-                with ctx.rec.span("intra_sync", step=step, op="broadcast", peer=job.peers[leader].host,
-                                  group=g) as sp:
-                    sp["bytes"] = star_broadcast(pbuf, leader, members, pg)
+                with ctx.rec.span(phase, step=step, op="broadcast", peer=job.peers[leader].host,
+                                  group=g) as sp:  # a group spanning DCs broadcasts over the WAN
+                    sent = star_broadcast(pbuf, leader, members, pg)
+                    sp.set(bytes=sent, wan_bytes=tdist.star_wan_bytes(sent, leader, members, job.peers))
                 ctx.params_in(pbuf)
                 version, stop = int(pbuf[n]), bool(pbuf[n + 1])
                 step += 1
