@@ -36,6 +36,8 @@ PY_MODULES = {
     "yaml": BOOTSTRAP_FIX,
     "psutil": BOOTSTRAP_FIX,
     "sklearn": BOOTSTRAP_FIX,
+    "pydantic": BOOTSTRAP_FIX,  # every spec is validated by it
+    "rich": BOOTSTRAP_FIX,  # live progress on a terminal
 }
 
 
