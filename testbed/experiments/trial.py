@@ -22,7 +22,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,46 +220,93 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
     except Exception as e:
         result = TrialResult(scheme.label, rep, trial_dir, "failed", f"{type(e).__name__}: {e}")
     finally:
-        _stop_all(procs)
-        if player is not None:
-            player.stop()
-            manifest["schedule"] = {"applied": [[round(t, 3), ev.src, ev.dst, ev.changes, ev.state]
-                                                for t, ev in player.applied], "errors": player.errors}
-        if net.impairment_noticed:
-            manifest["impairment_failures"] = net.impairment_noticed
-        if net.userspace:
-            try:
-                manifest["impairment_health"] = net.impairment_health()
-            except Exception as e:
-                manifest["impairment_health"] = {"error": str(e)}
-        if net.impairment is not None:  # after apply: netem_seeded is known then
-            manifest.setdefault("network", {})["impairment"] = net.impairment.to_dict()
-        if samplers is not None:
-            try:
-                manifest["sampler_stats"] = samplers.stop()
-            except Exception as e:  # never lose the manifest over a sampler
-                manifest["sampler_error"] = str(e)
-        try:
-            net.stop()
-        except Exception as e:
-            manifest["teardown_error"] = str(e)
-        result.wall_s = time.monotonic() - t_start
-        manifest.update({
-            "end": time.time(), "status": result.status, "reason": result.reason,
-            "processes": [{"name": p.name, "host": p.host, "role": p.role, "rank": p.rank,
-                           "pid": p.popen.pid, "returncode": p.returncode, "log": str(p.log.relative_to(trial_dir))}
-                          for p in procs],
-        })
-        write_json_atomic(trial_dir / "manifest.json", manifest, indent=2)
-        if spec.collectors.trace:
-            try:
-                _, problems = merge_trial(trial_dir)
-                if problems:
-                    say(f"trace of {trial_dir.name}: " + "; ".join(problems[:3]))
-            except Exception as e:
-                say(f"trace merge failed for {trial_dir.name}: {e}")
+        with interrupts_deferred(say):  # a second Ctrl-C must not leave the network up
+            _finish(manifest, result, procs, player, net, samplers, trial_dir, t_start, spec, say, merge_trial)
     result.last = _tail_metrics(trial_dir)
     return result
+
+
+@contextmanager
+def interrupts_deferred(say: Callable[[str], None]) -> Iterator[None]:
+    """Run the block to its end even if Ctrl-C comes.
+
+    The trial's teardown (stop processes, remove the network, write the manifest) must not be
+    cut half-way: a second Ctrl-C landing in it left the network up and the trial without its
+    manifest (seen once in CI).  A press keeps its meaning where it has one (the runner's
+    handler sets its stop flag, so the run ends after this teardown); one that would raise
+    KeyboardInterrupt (the runner's second press, Python's default) is only noted: the trial is
+    already stopping, and the run stops right after it.  Main thread only (signal handlers can
+    be set nowhere else); elsewhere the block runs as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.getsignal(signal.SIGINT)
+    pending: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        try:
+            if callable(old):
+                old(signum, frame)
+            elif old == signal.SIG_DFL:
+                raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            if not pending:
+                say("Ctrl-C: tearing the trial down first (processes, network, manifest), then stopping")
+            pending.append(signum)
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if pending and old in (signal.default_int_handler, signal.SIG_DFL):
+        raise KeyboardInterrupt  # no runner to stop after the trial: the caller gets the Ctrl-C now
+
+
+def _finish(manifest: dict[str, Any], result: TrialResult, procs: list[ProcInfo], player: Any, net: Any,
+            samplers: Any, trial_dir: Path, t_start: float, spec: ExperimentSpec, say: Callable[[str], None],
+            merge_trial: Callable[..., Any]) -> None:
+    """The trial's teardown and records: processes, schedule, daemons' health, samplers, network,
+    manifest, trace (every step guarded: a failing one never skips the later ones)."""
+    _stop_all(procs)
+    if player is not None:
+        player.stop()
+        manifest["schedule"] = {"applied": [[round(t, 3), ev.src, ev.dst, ev.changes, ev.state]
+                                            for t, ev in player.applied], "errors": player.errors}
+    if net.impairment_noticed:
+        manifest["impairment_failures"] = net.impairment_noticed
+    if net.userspace:
+        try:
+            manifest["impairment_health"] = net.impairment_health()
+        except Exception as e:
+            manifest["impairment_health"] = {"error": str(e)}
+    if net.impairment is not None:  # after apply: netem_seeded is known then
+        manifest.setdefault("network", {})["impairment"] = net.impairment.to_dict()
+    if samplers is not None:
+        try:
+            manifest["sampler_stats"] = samplers.stop()
+        except Exception as e:  # never lose the manifest over a sampler
+            manifest["sampler_error"] = str(e)
+    try:
+        net.stop()
+    except Exception as e:
+        manifest["teardown_error"] = str(e)
+    result.wall_s = time.monotonic() - t_start
+    manifest.update({
+        "end": time.time(), "status": result.status, "reason": result.reason,
+        "processes": [{"name": p.name, "host": p.host, "role": p.role, "rank": p.rank,
+                       "pid": p.popen.pid, "returncode": p.returncode, "log": str(p.log.relative_to(trial_dir))}
+                      for p in procs],
+    })
+    write_json_atomic(trial_dir / "manifest.json", manifest, indent=2)
+    if spec.collectors.trace:
+        try:
+            _, problems = merge_trial(trial_dir)
+            if problems:
+                say(f"trace of {trial_dir.name}: " + "; ".join(problems[:3]))
+        except Exception as e:
+            say(f"trace merge failed for {trial_dir.name}: {e}")
 
 
 def _prepare_training(spec: ExperimentSpec, training: dict[str, Any], trial_dir: Path) -> dict[str, Any]:

@@ -64,3 +64,41 @@ def test_live_display_fits_the_terminal(monkeypatch: pytest.MonkeyPatch, columns
     assert "trial pgcs-blp r0: OK in 19.4 s" in lines
     assert any("trials" in ln and "ETA" in ln for ln in lines), lines
     assert max(len(ln) for ln in lines) <= columns, [ln for ln in lines if len(ln) > columns]
+
+
+def test_ctrl_c_never_cuts_a_trials_teardown() -> None:
+    """A second Ctrl-C inside the teardown (the runner's handler raises then) is noted, the block
+    runs to its end, and the run's flag logic decides; with Python's default handler the
+    KeyboardInterrupt comes after the block."""
+    import os
+    import signal
+
+    from testbed.experiments.trial import interrupts_deferred
+
+    presses: list[str] = []
+
+    def runner_handler(signum: int, frame: object) -> None:  # as the runner's on_sigint
+        presses.append("press")
+        if len(presses) > 1:
+            raise KeyboardInterrupt
+
+    said: list[str] = []
+    old = signal.signal(signal.SIGINT, runner_handler)
+    try:
+        done = []
+        with interrupts_deferred(said.append):
+            os.kill(os.getpid(), signal.SIGINT)  # first press: sets the flag
+            os.kill(os.getpid(), signal.SIGINT)  # second: would raise; deferred
+            done.append("teardown finished")
+        assert done == ["teardown finished"] and presses == ["press", "press"]
+        assert len(said) == 1 and "tearing the trial down first" in said[0]
+        assert signal.getsignal(signal.SIGINT) is runner_handler  # restored
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        done.clear()
+        with pytest.raises(KeyboardInterrupt):
+            with interrupts_deferred(said.append):
+                os.kill(os.getpid(), signal.SIGINT)
+                done.append("teardown finished")
+        assert done == ["teardown finished"]
+    finally:
+        signal.signal(signal.SIGINT, old)
