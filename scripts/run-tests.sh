@@ -51,7 +51,7 @@ else
   echo "this kernel has no sch_netem: netem tests run INSIDE THE KERNEL LAB (stock Debian kernel under QEMU)"
   start=$(date +%s)
   # TESTBED_LAB_TORCH=1: the gloo all-reduce test fits the lab's time budget (torch imports in ~30-140 s there)
-  TESTBED_LAB_TORCH=1 "$PY" -m testbed.cli lab --timeout 1200 -- "$PY" -m pytest -q -p no:cacheprovider -m netem tests/netem
+  TESTBED_LAB_TORCH=1 "$PY" -m testbed.cli lab --timeout 2400 -- "$PY" -m pytest -q -p no:cacheprovider -m netem tests/netem
   rc=$?
   summary+=("netem tests (kernel lab, $(( $(date +%s) - start )) s incl. boot): exit $rc")
   [ $rc = 0 ] || status=1
