@@ -95,10 +95,9 @@ def test_ctrl_c_never_cuts_a_trials_teardown() -> None:
         assert signal.getsignal(signal.SIGINT) is runner_handler  # restored
         signal.signal(signal.SIGINT, signal.default_int_handler)
         done.clear()
-        with pytest.raises(KeyboardInterrupt):
-            with interrupts_deferred(said.append):
-                os.kill(os.getpid(), signal.SIGINT)
-                done.append("teardown finished")
+        with pytest.raises(KeyboardInterrupt), interrupts_deferred(said.append):
+            os.kill(os.getpid(), signal.SIGINT)
+            done.append("teardown finished")
         assert done == ["teardown finished"]
     finally:
         signal.signal(signal.SIGINT, old)
