@@ -51,7 +51,8 @@ else
   echo "this kernel has no sch_netem: netem tests run INSIDE THE KERNEL LAB (stock Debian kernel under QEMU)"
   start=$(date +%s)
   # TESTBED_LAB_TORCH=1: the gloo all-reduce test fits the lab's time budget (torch imports in ~30-140 s there)
-  TESTBED_LAB_TORCH=1 "$PY" -m testbed.cli lab --timeout 2400 -- "$PY" -m pytest -q -p no:cacheprovider -m netem tests/netem
+  # node shells start slowly under TCG: 60 s per batch of 8 instead of 10 (TESTBED_* reaches the guest)
+  TESTBED_NODE_START_TIMEOUT=60 TESTBED_LAB_TORCH=1 "$PY" -m testbed.cli lab --timeout 2400 -- "$PY" -m pytest -q -p no:cacheprovider -m netem tests/netem
   rc=$?
   summary+=("netem tests (kernel lab, $(( $(date +%s) - start )) s incl. boot): exit $rc")
   [ $rc = 0 ] || status=1

@@ -384,22 +384,54 @@ def draw_convergence(ax: Axes, metrics: pd.DataFrame, metric: str = "loss", x: s
         ax.plot(xs, ys, color=st["color"], linestyle=st["linestyle"], marker=st["marker"],
                 markevery=_markevery(len(xs), i, len(curves)), label=label)
         handles.append(_line_handle(st))
-    ax.set_xlabel("Wall time (s)" if x == "wall_s" else "Training steps")
+    ax.set_xlabel({"wall_s": "Wall time since start barrier (s)", "samples": "Training samples (all workers)"}
+                  .get(x, "Training steps"))
     ax.set_ylabel("Held-out accuracy (%)" if metric == "acc" else "Held-out loss (nats)")
     ax.set_xlim(left=0)
     return _finish(ax, handles, legend)
 
 
+def _compute_note(fig: Any, note: str | None, warning: str | None = None) -> None:
+    """Lines under the figure: the compute model, when it is not simply real compute, and a
+    warning (trials whose network or machine was not what the figure assumes)."""
+    lines = ([f"compute: {note}"] if note else []) + ([warning] if warning else [])
+    if lines:
+        fig.supxlabel("\n".join(lines), fontsize="x-small", color="0.25" if not warning else "#a00000")
+
+
 def convergence(metrics: pd.DataFrame, out_dir: Path, metric: str = "loss",
-                name: str | None = None) -> list[Path]:
-    """Held-out ``loss`` or ``acc`` against wall time (top) and steps (bottom), per scheme."""
+                name: str | None = None, note: str | None = None, warning: str | None = None) -> list[Path]:
+    """Held-out ``loss`` or ``acc`` against wall time (top) and training samples (bottom), per scheme.
+
+    The bottom axis is samples processed by all workers (``metrics.csv``
+    ``samples``), the one progress measure every scheme shares (a BSP step, an
+    ASP update and a Gsyn update hold different numbers of samples); records
+    without it fall back to steps.  Several workloads get a column of panels
+    each: they share no axis (a language model's loss and a classifier's).
+    ``note`` (the report passes it when any trial's compute was emulated)
+    is written under the figure, so the figure itself says what ran;
+    ``warning`` too (the report's: which trials were unfaithful).
+    """
     _convergence_curves(metrics, metric)  # NoData before a figure is made
+    wls = [None]
+    if "workload" in metrics.columns and metrics["workload"].nunique() > 1:
+        wls = list(dict.fromkeys(metrics["workload"].dropna()))
     with style.paper_style():
-        fig, (ax_t, ax_s) = style.new_figure(3.6, nrows=2)
-        draw_convergence(ax_t, metrics, metric, "wall_s", legend=False)
-        draw_convergence(ax_s, metrics, metric, "step", legend=False)
-        handles = legend_handles(ax_t)
-        _legend_top(fig, handles, _ncol(len(handles), 4))
+        fig, axes = style.new_figure(3.6, nrows=2, ncols=len(wls),
+                                     width_in=style.COLUMN_WIDTH_IN if len(wls) == 1 else style.DOUBLE_WIDTH_IN)
+        cols = [axes] if len(wls) == 1 else [axes[:, i] for i in range(len(wls))]
+        handles: dict[str, Any] = {}
+        for wl, (ax_t, ax_s) in zip(wls, cols):
+            part = metrics if wl is None else metrics[metrics["workload"] == wl]
+            has_samples = "samples" in part.columns and pd.to_numeric(part["samples"], errors="coerce").notna().any()
+            draw_convergence(ax_t, part, metric, "wall_s", legend=False)
+            draw_convergence(ax_s, part, metric, "samples" if has_samples else "step", legend=False)
+            if wl is not None:
+                ax_t.set_title(f"workload: {wl}")
+            for h in legend_handles(ax_t):
+                handles.setdefault(h.get_label(), h)
+        _legend_top(fig, list(handles.values()), _ncol(len(handles), 4 if len(wls) == 1 else 6))
+        _compute_note(fig, note, warning)
         return style.save_figure(fig, out_dir, name or f"convergence_{metric}")
 
 
@@ -468,14 +500,20 @@ def draw_breakdown(ax: Axes, steps: pd.DataFrame, legend: bool = True) -> Axes:
     return _finish(ax, handles, legend, ncol=3)
 
 
-def breakdown(steps: pd.DataFrame, out_dir: Path, name: str = "breakdown") -> list[Path]:
-    """:func:`draw_breakdown` as a column-wide figure, legend on top; returns [pdf, png]."""
+def breakdown(steps: pd.DataFrame, out_dir: Path, name: str = "breakdown", note: str | None = None,
+              warning: str | None = None) -> list[Path]:
+    """:func:`draw_breakdown` as a column-wide figure, legend on top; returns [pdf, png].
+
+    ``note``: the compute model, ``warning``: unfaithful trials, written under the figure (see
+    :func:`convergence`)."""
     per_trial = _breakdown_per_trial(steps)
     with style.paper_style():
-        fig, ax = style.new_figure(0.95 + 0.28 * per_trial["scheme"].nunique())
+        fig, ax = style.new_figure(0.95 + 0.28 * per_trial["scheme"].nunique()
+                                   + 0.2 * (bool(note) + bool(warning)))
         draw_breakdown(ax, steps, legend=False)
         handles = legend_handles(ax)
         _legend_top(fig, handles, 3)
+        _compute_note(fig, note, warning)
         return style.save_figure(fig, out_dir, name)
 
 

@@ -81,6 +81,22 @@ def _sweep(manifest: dict[str, Any]) -> dict[str, Any]:
     return {f"sweep_{k}": v for k, v in sw.items() if isinstance(v, (int, float, str, bool))}
 
 
+def workload_of(manifest: dict[str, Any], trial_dir: Path | None = None) -> str | None:
+    """The workload a trial trained (manifest ``training.workload``, else its first job file).
+
+    Comparisons are per workload: a digits classifier and a language model
+    share no target, table or axis (see ``report``).
+    """
+    training = manifest.get("training")
+    if not isinstance(training, dict) and trial_dir is not None:
+        job, _ = read_json(trial_dir / "jobs" / "0.json")
+        training = job.get("training")
+    wl = training.get("workload") if isinstance(training, dict) else None
+    if isinstance(wl, dict):
+        wl = wl.get("name")
+    return str(wl) if isinstance(wl, str) else None
+
+
 def _load_trials(paths: list[Path], run: str, run_manifest: dict[str, Any]) -> Tables:
     spans, metrics, links, procs, trials = [], [], [], [], []
     problems: list[str] = []
@@ -98,16 +114,29 @@ def _load_trials(paths: list[Path], run: str, run_manifest: dict[str, Any]) -> T
             s["start_s"] = s["ts"] / 1e9
             s["end_s"] = (s["ts"] + s["dur"]) / 1e9
         spans.append(s)
-        metrics.append(_frame(tr.metrics, ident))
+        metrics.append(_frame(tr.metrics, dict(ident, workload=workload_of(tr.manifest, p))))
         links.append(_frame(tr.links, ident))
         procs.append(_frame(tr.procs, ident))
         row = dict(ident, path=str(p), n_spans=len(tr.spans), n_metrics=len(tr.metrics),
-                   n_link_samples=len(tr.links), n_proc_samples=len(tr.procs))
+                   n_link_samples=len(tr.links), n_proc_samples=len(tr.procs),
+                   workload=workload_of(tr.manifest, p))
         row.update(_sweep(run_manifest))
         row.update(_sweep(tr.manifest))
         for key in ("predicted_s", "exit_status"):
             if isinstance(tr.manifest.get(key), (int, float, str)):
                 row[key] = tr.manifest[key]
+        if isinstance(tr.manifest.get("faithful"), bool):  # the self-test and CPU verdict (absent: not checked)
+            row["faithful"] = tr.manifest["faithful"]
+            row["unfaithful_reasons"] = "; ".join(tr.manifest.get("unfaithful_reasons") or [])
+        lr = tr.manifest.get("lr")  # what the processes applied (testbed.training.lr), a list per Gsyn group
+        if isinstance(lr, dict) and lr.get("lr") is not None:
+            row["lr"] = lr["lr"] if isinstance(lr["lr"], (int, float)) else "/".join(f"{x:g}" for x in lr["lr"])
+            row["lr_rule"] = lr.get("rule")
+        prov = tr.manifest.get("lr_provenance")
+        if isinstance(prov, dict):
+            row["lr_source"] = prov.get("source")
+            if prov.get("at_edge"):  # the search's pick was the grid's end: the tuning may be incomplete
+                row["lr_source"] = f"{prov.get('source')}, {prov['at_edge']} value tried"
         trials.append(row)
     return Tables(_concat(spans), _concat(metrics), _concat(links), _concat(procs),
                   pd.DataFrame(trials), problems)
@@ -393,9 +422,12 @@ def trial_summary(t: Tables, target_loss: float | None = None,
             return df[mask]
 
         row: dict[str, Any] = {c: tr[c] for c in ID_COLS if c in tr.index}
+        if "workload" in tr.index:
+            row["workload"] = tr["workload"]
         row.update({c: tr[c] for c in tr.index if str(c).startswith("sweep_")})
-        if "predicted_s" in tr.index:
-            row["predicted_s"] = tr["predicted_s"]
+        for c in ("predicted_s", "lr", "lr_rule", "lr_source", "faithful", "unfaithful_reasons"):
+            if c in tr.index:
+                row[c] = tr[c]
         sp, st, m = sel(t.spans), sel(steps), sel(t.metrics)
         workers = sp[sp["role"] == "worker"] if not sp.empty else sp
         dur = float(workers["end_s"].max() - workers["start_s"].min()) if not workers.empty \
@@ -507,6 +539,31 @@ def write_tables(named: dict[str, pd.DataFrame], out_dir: Path) -> tuple[list[Pa
     if not parquet:
         problems.append("tables: pyarrow not installed, Parquet skipped (CSV written)")
     return written, problems
+
+
+def workloads(t: Tables) -> list[str | None]:
+    """The workloads of ``t``'s trials, in first-seen order (``[None]`` when unknown)."""
+    if t.trials.empty or "workload" not in t.trials.columns:
+        return [None]
+    seen = list(dict.fromkeys(None if pd.isna(w) else str(w) for w in t.trials["workload"]))
+    return seen or [None]
+
+
+def select_workload(t: Tables, workload: str | None) -> Tables:
+    """The part of ``t`` whose trials trained ``workload`` (all of it for None or a single workload)."""
+    if workload is None or "workload" not in t.trials.columns or t.trials["workload"].nunique(dropna=False) <= 1:
+        return t
+    keep = t.trials[t.trials["workload"] == workload]
+    keys = set(zip(keep["run"], keep["trial"]))
+
+    def sel(df: pd.DataFrame) -> pd.DataFrame:
+        if df.empty or "trial" not in df.columns:
+            return df
+        mask = [(r, tr) in keys for r, tr in zip(df["run"], df["trial"])]
+        return df[mask].reset_index(drop=True)
+
+    return Tables(sel(t.spans), sel(t.metrics), sel(t.links), sel(t.procs), keep.reset_index(drop=True),
+                  list(t.problems), t.kind, t.root)
 
 
 def all_tables(t: Tables, target_loss: float | None = None,

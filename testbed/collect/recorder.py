@@ -84,6 +84,7 @@ class Recorder:
     ) -> None:
         self.path = Path(path) if path is not None else None
         self.t0_ns = time.time_ns() if t0_ns is None else int(t0_ns)
+        self.start_ns = 0  # the trial's start barrier, in ns since t0 (0 until it is known)
         # perf_counter_ns + offset = wall-clock ns, fixed once (monotonic afterwards)
         self._offset = time.time_ns() - time.perf_counter_ns()
         self._base = {"host": host, "dc": dc, "rank": rank, "role": role, **(static or {})}
@@ -114,6 +115,19 @@ class Recorder:
     def wall_s(self) -> float:
         """Seconds since t0."""
         return self.now_ns() / 1e9
+
+    def set_start(self, start_ns: int) -> None:
+        """Fix the training clock's zero: the moment the trial's start barrier released (ns since t0)."""
+        self.start_ns = int(start_ns)
+
+    def train_s(self) -> float:
+        """Seconds on the training clock: since the start barrier (since t0 before it is known).
+
+        Spans keep ``ts`` since t0, so start-up stays visible in the trace;
+        metrics rows, time-to-target and the wall-clock stop rule use this
+        clock, so a scheme is never charged for its processes' start-up.
+        """
+        return (self.now_ns() - self.start_ns) / 1e9
 
     # -- recording ------------------------------------------------------------
     @contextmanager

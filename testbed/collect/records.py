@@ -274,3 +274,18 @@ def classify_dir(path: Path) -> str:
     if run_dirs(path):
         return "experiment"
     return "unknown"
+
+
+def start_barrier_s(trial_dir: Path) -> float | None:
+    """When the trial's start barrier released (seconds since t0), from the first process's record of it.
+
+    The zero of ``metrics.csv``'s ``wall_s`` (see ``testbed.training.start``);
+    None for records made before the barrier existed, or if no process got there.
+    """
+    for path in sorted((Path(trial_dir) / "events").glob("*.jsonl")):
+        rows, _ = read_jsonl(path)
+        for r in rows:
+            if r.get("phase") == "wait" and r.get("what") == "start_barrier" and isinstance(r.get("start_ns"), int):
+                return r["start_ns"] / 1e9
+    return None
+

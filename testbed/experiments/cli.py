@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -63,11 +64,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.repetitions < 1:
             raise ValidationError("--repetitions", f"must be at least 1, got {args.repetitions}", "e.g. --repetitions 3")
         spec.repetitions = args.repetitions
-    return _run_spec(spec, as_json=getattr(args, "json", False))
+    lr_from = getattr(args, "lr_search_from", None)
+    if lr_from is not None:
+        from .lr_search import load_picks
+
+        load_picks(lr_from)  # a wrong path is a usage error (exit 2) before anything is built
+    return _run_spec(spec, as_json=getattr(args, "json", False),
+                     lr_search="skip" if getattr(args, "skip_lr_search", False) else "run", lr_search_from=lr_from)
 
 
 def _run_spec(spec: Any, as_json: bool = False, run_dir: Path | None = None,
-              extra: dict[str, Any] | None = None) -> int:
+              extra: dict[str, Any] | None = None, lr_search: str = "run",
+              lr_search_from: str | None = None) -> int:
     """Preflight, run every trial, print the summary (a table, or JSON on stdout); the exit status."""
     from ..ownership import hand_over, missing_parents
     from .runner import new_run_dir
@@ -77,9 +85,12 @@ def _run_spec(spec: Any, as_json: bool = False, run_dir: Path | None = None,
     _announce_netem(spec)
     run_dir = run_dir or new_run_dir(spec)
     try:
-        res = run_experiment(spec, run_dir=run_dir, extra_manifest=extra)
+        res = run_experiment(spec, run_dir=run_dir, extra_manifest=extra, lr_search=lr_search,
+                             lr_search_from=lr_search_from)
     finally:  # under sudo, the results belong to the user who typed it (also after Ctrl-C)
         hand_over([fresh[-1] if fresh else run_dir])
+    if res.interrupted:  # everything is down and written: a further press has nothing left to stop
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     if as_json:
         print(json.dumps(run_json(res), indent=2, default=str))
     else:
@@ -104,6 +115,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     try:
         out = run_sweep(args.sweep, Path(args.out) if args.out else None, log=_say, preflight=preflight)
     except SweepInterrupted as e:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # all down and written: nothing left to stop
         print(f"sweep results so far: {e.out}")
         return 130
     except RecordsUnwritable as e:
@@ -166,7 +178,8 @@ def cmd_rerun(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     name = "demo_reduced" if args.reduced else "demo"
     _say(f"demo: {'reduced ' if args.reduced else ''}default experiment ({name}.yaml) on three_dc_triangle")
-    ns = argparse.Namespace(experiment=name, results=args.results, repetitions=None, json=False)
+    ns = argparse.Namespace(experiment=name, results=args.results, repetitions=None, json=False,
+                            skip_lr_search=False, lr_search_from=None)
     return cmd_run(ns)
 
 
@@ -181,7 +194,7 @@ bounds (each changeable): trial `timeout:` 600s; `stall:` 180s (a worker without
 progress: hung, SIGSTOPped, blocked on a dead peer); training.comm_timeout_s 300
 (collectives, server replies; a WAN link down for good); training.connect_timeout_s 60;
 TESTBED_STOP_GRACE_S 3 (SIGTERM -> SIGKILL); TESTBED_PS_DRAIN_S 15;
-TESTBED_NODE_START_TIMEOUT 10 (node shells, per batch of 8)."""
+TESTBED_NODE_START_TIMEOUT 10 (node shells, per batch of 8; 60 inside the kernel lab)."""
 
 
 def register(sub: Any) -> None:
@@ -191,6 +204,12 @@ def register(sub: Any) -> None:
     run.add_argument("experiment", help="experiment YAML (or a bundled one: demo, demo_reduced)")
     run.add_argument("--results", help="results root (default: the spec's results_dir, 'results')")
     run.add_argument("--repetitions", type=int, help="override the spec's repetitions")
+    lr = run.add_mutually_exclusive_group()
+    lr.add_argument("--skip-lr-search", action="store_true",
+                    help="ignore the spec's lr_search: run every scheme at its given lr (recorded as 'given')")
+    lr.add_argument("--lr-search-from", metavar="DIR",
+                    help="reuse the per-scheme lr picks of an earlier run's search (its run directory or "
+                         "lr_search.json) instead of searching again")
     run.set_defaults(func=cmd_run)
     sw = sub.add_parser("sweep", help="run or resume a parameter grid (finished points are skipped); "
                                       "writes sweep.csv with means and 95%% CIs and the sweep figures",

@@ -12,6 +12,7 @@ Everything goes to stderr: stdout stays for results (tables, ``--json``).
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import Any, TextIO
@@ -42,7 +43,8 @@ class Progress:
         self.step = 0
         self.loss = ""
         self._t_trial = self._t0 = time.monotonic()
-        self._last_plain = 0.0
+        self._last_plain = -math.inf  # not 0: time.monotonic() counts from boot, and a machine up for less
+        # than interval_s would never print the first status (seen on a freshly booted CI machine)
         self._rich: Any = None
         if live if live is not None else self._isatty():
             self._start_rich(force=live is True)

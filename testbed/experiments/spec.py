@@ -16,6 +16,7 @@ schemes:                        # what to compare; each entry overrides `trainin
   - bsp                         # shorthand for {label: bsp, scheme: {name: bsp}}
   - {label: gsyn, scheme: {name: gsyn}}
 collectors: {rate_hz: 10, links: true, procs: true}
+lr_search: {values: {low: 0.01, high: 1, count: 5}, seed: 1001, steps: 40}   # optional, see lr_search
 ```
 Every error names its field and exits with status 2 before anything is built.
 """
@@ -37,6 +38,7 @@ from traffic_control.fields import Duration, SpecModel, unit_field, validate
 
 from ..network.addressing import plan_network
 from ..network.emulation import IMPAIRMENTS
+from .lr_search import LrSearch, LrSearchSpec, parse_lr_search
 
 #: a worker without progress this long (no span, and no CPU time before its first) fails its trial
 DEFAULT_STALL_S = 180.0
@@ -49,6 +51,8 @@ HASH_EXEMPT = ("repetitions", "results_dir", "description")
 class SchemeRun:
     label: str
     training: dict[str, Any]
+    #: where training.optimizer.lr came from (the trial manifest's lr_provenance); None = as given
+    lr_provenance: dict[str, Any] | None = None
 
 
 @dataclass
@@ -77,6 +81,8 @@ class ExperimentSpec:
     stall_s: float = 180.0  # a primary process without progress this long fails the trial (named)
     #: the sweep point this experiment is (``{param: value}``, SI units; empty outside a sweep)
     sweep_point: dict[str, Any] = field(default_factory=dict)
+    #: the per-scheme lr search run before the trials (None: none asked for)
+    lr_search: LrSearch | None = None
 
     @property
     def spec_hash(self) -> str:
@@ -171,6 +177,8 @@ class ExperimentSpecModel(SpecModel):
     """results root"""
     schedule: str | None = unit_field(None, fix="a link schedule file, relative to the spec")
     """link events played during every trial (traffic_control.schedule)"""
+    lr_search: LrSearchSpec | None = unit_field(None, fix="e.g. lr_search: {values: {low: 0.01, high: 1, count: 5}}")
+    """per-scheme learning-rate search on a separate seed before the trials (README "Learning rates")"""
 
 
 KEYS = tuple(ExperimentSpecModel.model_fields)
@@ -266,6 +274,7 @@ def parse_experiment(data: Any, source: str = "") -> ExperimentSpec:
                     raise named(base_e, "training") from None
             raise named(e, f"{f}.training") from None
         spec.schemes.append(SchemeRun(label, training))
+    spec.lr_search = parse_lr_search(m.lr_search, seed, reps, [s.label for s in spec.schemes])
     return spec
 
 

@@ -30,7 +30,9 @@ from typing import Any
 
 from traffic_control.files import write_atomic, write_json_atomic
 
+from ..collect.saturation import CpuSaturation
 from ..network.emulation import EmulatedNetwork
+from ..network.selftest import quick_check
 from ..provenance import provenance
 from ..training.supervise import ProcSpec, Supervisor
 from .spec import ExperimentSpec, SchemeRun
@@ -72,10 +74,11 @@ def _tail_step(events: Path | None) -> int | None:
         return None
     for line in reversed(lines[1:] if len(lines) > 1 else lines):  # the first may be cut
         try:
-            step = json.loads(line).get("step")
+            rec = json.loads(line)
         except ValueError:
             continue
-        if isinstance(step, int):
+        step = rec.get("step")  # compute spans only: an eval span's step counts steps done, not started
+        if rec.get("phase") == "compute" and isinstance(step, int):
             return step + 1
     return None
 
@@ -122,6 +125,7 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
         "topology": spec.topology.to_dict(), "provenance": provenance(), "argv": sys.argv,
         "start": time.time(), **({"sweep": spec.sweep_point} if spec.sweep_point else {}),
     }
+    manifest["compute"] = compute_record(training)  # real or emulated accelerator: reports say which ran
     target = (training.get("stop") or {}).get("target")
     if isinstance(target, dict) and target.get("metric") in ("loss", "acc"):
         manifest["target"] = {target["metric"]: target.get("value")}  # the report's time-to-target
@@ -132,12 +136,17 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
     procs: list[ProcInfo] = []
     samplers = None
     player = None
+    cpu = None
     t_start = time.monotonic()
     try:
         net.start()
         manifest["network"] = {"up_s": net.timings.get("up_s"), "impairment": net.impairment.to_dict()
                                if net.impairment else None}
         manifest["tc_state"] = net.applied
+        # the network as the spec says? (min RTT and rate per WAN direction; the trial runs either way,
+        # and its manifest, the summary and the figures say when it was not)
+        manifest["selftest"] = quick_check(net, log=say).to_dict()
+        cpu = CpuSaturation({f"{imp.node}:{imp.ifname}": imp.pid for imp in net.userspace}).start()
         t0 = time.time_ns()
         manifest["t0_ns"] = t0
         placement = [Placement(n.name, n.dc, n.ip, "eth0", "worker") for n in net.plan.nodes.values()
@@ -145,6 +154,8 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
         placement += [Placement(n.name, n.dc, n.ip, "eth0", "server") for n in net.plan.nodes.values()
                       if n.role == "ps"]
         jobs = make_jobs(training, placement, trial_dir, t0)
+        manifest["lr"] = jobs[0].lr  # what the processes applied (testbed.training.lr), and where it came from
+        manifest["lr_provenance"] = scheme.lr_provenance or {"source": "given"}
         paths = write_jobs(jobs, trial_dir)
         if spec.collectors.links or spec.collectors.procs:
             links = [LinkTarget(w["node"], w["ifname"], w["link"], w["netns"]) for w in net.wan_interfaces()] \
@@ -221,9 +232,27 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
         result = TrialResult(scheme.label, rep, trial_dir, "failed", f"{type(e).__name__}: {e}")
     finally:
         with interrupts_deferred(say):  # a second Ctrl-C must not leave the network up
-            _finish(manifest, result, procs, player, net, samplers, trial_dir, t_start, spec, say, merge_trial)
+            _finish(manifest, result, procs, player, net, samplers, cpu, trial_dir, t_start, spec, say,
+                    merge_trial)
     result.last = _tail_metrics(trial_dir)
     return result
+
+
+def faithfulness(manifest: dict[str, Any]) -> list[str]:
+    """Why a trial's network or machine was not what its figures assume (empty: faithful).
+
+    The self-test before training (``testbed.network.selftest``) and the CPU
+    saturation during it (``testbed.collect.saturation``); a trial without a
+    self-test record (it never got that far) is not called unfaithful for it.
+    """
+    out = []
+    st = manifest.get("selftest")
+    if isinstance(st, dict):
+        out += [f"self-test: {p}" for p in st.get("problems") or []]
+    sat = manifest.get("cpu_saturation")
+    if isinstance(sat, dict):
+        out += [f"CPU saturated: {r}" for r in sat.get("saturated") or []]
+    return out
 
 
 @contextmanager
@@ -265,11 +294,13 @@ def interrupts_deferred(say: Callable[[str], None]) -> Iterator[None]:
 
 
 def _finish(manifest: dict[str, Any], result: TrialResult, procs: list[ProcInfo], player: Any, net: Any,
-            samplers: Any, trial_dir: Path, t_start: float, spec: ExperimentSpec, say: Callable[[str], None],
-            merge_trial: Callable[..., Any]) -> None:
+            samplers: Any, cpu: CpuSaturation | None, trial_dir: Path, t_start: float, spec: ExperimentSpec,
+            say: Callable[[str], None], merge_trial: Callable[..., Any]) -> None:
     """The trial's teardown and records: processes, schedule, daemons' health, samplers, network,
     manifest, trace (every step guarded: a failing one never skips the later ones)."""
     _stop_all(procs)
+    if cpu is not None:
+        manifest["cpu_saturation"] = cpu.stop()
     if player is not None:
         player.stop()
         manifest["schedule"] = {"applied": [[round(t, 3), ev.src, ev.dst, ev.changes, ev.state]
@@ -293,7 +324,21 @@ def _finish(manifest: dict[str, Any], result: TrialResult, procs: list[ProcInfo]
     except Exception as e:
         manifest["teardown_error"] = str(e)
     result.wall_s = time.monotonic() - t_start
+    from ..collect.records import start_barrier_s
+
+    start_s = start_barrier_s(trial_dir)
+    training = manifest.get("training") or {}
+    manifest["clock"] = {
+        "zero": "start barrier (every process ready)" if start_s is not None else "t0 (no start barrier recorded)",
+        "start_barrier_s": start_s,  # seconds after t0: the start-up that no scheme is charged for
+        "eval_every_samples": training.get("eval_every_samples"),
+        "eval_every_updates": None if training.get("eval_every_samples") else training.get("eval_every", 10),
+    }
+    unfaithful = faithfulness(manifest)
+    if unfaithful:
+        say(f"trial {manifest.get('label')} r{manifest.get('rep')}: UNFAITHFUL: " + "; ".join(unfaithful))
     manifest.update({
+        "faithful": not unfaithful, "unfaithful_reasons": unfaithful,
         "end": time.time(), "status": result.status, "reason": result.reason,
         "processes": [{"name": p.name, "host": p.host, "role": p.role, "rank": p.rank,
                        "pid": p.popen.pid, "returncode": p.returncode, "log": str(p.log.relative_to(trial_dir))}
@@ -327,6 +372,15 @@ def _prepare_training(spec: ExperimentSpec, training: dict[str, Any], trial_dir:
     training = dict(training)
     training["scheme"] = dict(scheme, plan=json.loads(plan.to_json()))
     return training
+
+
+def compute_record(training: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's ``compute``: mode, profile and the label reports print (training.compute)."""
+    from ..training.compute import describe
+    from ..training.config import validate_training
+
+    tc = validate_training(training)
+    return describe(tc.compute, tc.device)
 
 
 def gradient_bytes(training: dict[str, Any]) -> int:

@@ -73,7 +73,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # before success was reported: nothing may stay behind
         net.stop()
         raise
-    _say("left running (its delays too, until `testbed net down`); run a command in a node with "
+    skipped = bool(net.impairment and net.impairment.skipped)
+    _say(f"left running ({'its delays/loss were SKIPPED, see above' if skipped else 'its delays too'}, until "
+         "`testbed net down`); run a command in a node with "
          f"`testbed net exec {next(iter(net.plan.nodes))} -- CMD`; change a link with `testbed net set A B ...`")
     return status
 
@@ -275,7 +277,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
     net = _build(args)
     with net:
         _say(f"network up in {net.timings['up_s']:.2f} s; measuring ...")
-        checks = verify(net, seconds=args.seconds, pings=args.pings, log=_say)
+        if args.quick:  # the self-test every trial runs before training (testbed.network.selftest)
+            from .selftest import quick_check
+
+            st = quick_check(net, log=_say)
+            checks = st.checks
+            if st.error:
+                _say(f"self-test could not run: {st.error}")
+                return 1
+        else:
+            checks = verify(net, seconds=args.seconds, pings=args.pings, log=_say)
         impairment = net.impairment.to_dict() if net.impairment else None
     failed = [c for c in checks if c.status == "fail"]
     if args.json:
@@ -355,6 +366,10 @@ def register(sub: Any) -> None:
     ver.add_argument("--json", action="store_true", help="machine-readable result")
     ver.add_argument("--seconds", type=float, default=3.0, help="iperf3 duration per direction (default 3)")
     ver.add_argument("--pings", type=int, default=20, help="pings per RTT measurement (default 20)")
+    ver.add_argument("--quick", action="store_true",
+                     help="only the self-test every trial runs before training: 5 pings per link and a "
+                          "UDP packet train per direction (rate within 0.97-1.03 of the spec); seconds, "
+                          "not minutes")
     ver.set_defaults(func=cmd_verify)
     topo = sub.add_parser("topo", help="validate a topology and print it normalised (YAML, or --json)")
     topo.add_argument("spec")

@@ -5,8 +5,16 @@
 
 Prints the trees (root, edges, share, chunks), the predicted completion time
 (bandwidth + latency/fill terms), the load of every link direction, and the
-predicted times of ring, best-order ring, hierarchical and star all-reduce on
-the same graph.  ``--out`` writes the plan JSON the executor reads;
+predicted time of every baseline on the same graph, cost model and chunk
+count, with its ratio to BLP: the strong baselines ``ring_relay`` (best-order
+leader ring, hops relayed over widest paths), ``tree_best`` (best single
+spanning tree x root), ``blink`` (BLP's LP without its latency term),
+``hierarchical`` (DC reduce, leader ring, DC broadcast) and ``star`` (a
+parameter-server shard per DC), then the references ``ring_best`` (gloo-style
+leader ring, best order) and ``ring`` (the flat gloo ring over all ranks).
+``--json`` puts them under ``baselines`` (each with ``time_s``, its terms,
+``detail``, ``executor`` and its trees or ring routes).  All times are WAN
+only, TCP/IP header overhead included (see ``testbed.planning.model``).  ``--out`` writes the plan JSON the executor reads;
 ``--check`` validates an existing plan file against the topology and reports
 its predicted time there instead of planning.  Bad input (unknown topology,
 disconnected graph, size <= 0, a plan naming links the topology lacks) prints
@@ -32,7 +40,7 @@ from .model import Plan, cached_path, check_size, evaluate, route_mismatches, va
 def register(subparsers: Any) -> None:
     """Add the ``blp-plan`` subcommand (CLI plug-in contract of docs/CONTRACTS.md)."""
     p = subparsers.add_parser(
-        "blp-plan", help="plan BLP aggregation trees for a topology and compare with ring/hierarchical/star",
+        "blp-plan", help="plan BLP aggregation trees for a topology and compare with the baselines' predictions",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("topology", help="bundled topology name or a YAML/JSON/.py file")
     p.add_argument("--size", required=True, help="gradient size: bytes, or with a unit (100MB, 64MiB)")
@@ -80,7 +88,7 @@ def _run(args: argparse.Namespace) -> int:
 
         plan = plan_blp(graph, size, chunks=args.chunks, mip=args.mip, path=path)
     validate_plan(plan, graph)
-    base = baselines(graph, size, path=path)
+    base = baselines(graph, size, path=path, chunks=plan.chunks)
     warnings = route_mismatches(plan, path)
     if args.out is not None:
         write_atomic(args.out, plan.to_json() + "\n")
@@ -134,6 +142,11 @@ def render(name: str, plan: Plan, base: dict[str, SchemeCost], warnings: list[st
     for k, s in base.items():
         ratio = s.time_s / c.time_s if c.time_s > 0 else float("inf")
         lines.append(f"  {k:<14}{_secs(s.time_s):>12}{ratio:>9.2f}  {s.detail}")
+    if base:
+        best = min(base.values(), key=lambda s: s.time_s)
+        verdict = "BLP is not above it" if c.time_s <= best.time_s * (1 + 1e-9) else "BLP is SLOWER"
+        lines.append(f"  best baseline: {best.name} ({_secs(best.time_s)}; {verdict}, "
+                     f"BLP / best = {c.time_s / best.time_s if best.time_s > 0 else float('inf'):.3f})")
     for w in warnings or []:
         lines.append(f"  note: {w}")
     return "\n".join(lines)

@@ -32,6 +32,29 @@ before this rank has sent its own contribution to chunk ``i``.  Every gloo
 work is waited exactly once (a second wait on a receive blocks for another
 message).
 
+Why windows of posted receives: gloo's point-to-point send/recv waits for
+the receiver's "ready" notice before data flows, and one message at a time
+stalls in ~40 ms steps on shaped links (delayed ACKs; measured with
+``benchmarks/ring_allreduce.py --impl p2p``, see
+``testbed/training/collectives.py``).  With many chunks in flight and the
+receives posted ahead, the notices are answered long before the data is
+needed and the link streams; phases that can be collectives (intra-DC
+reduce/broadcast with ``group_of_dc``) are collectives.
+
+The baselines that are not trees run beside it with the same intra-DC phases
+(:class:`_LeaderScheme`):
+
+* :class:`RingRelayAllReduce`: ring all-reduce (reduce-scatter + all-gather)
+  among DC leaders in a given DC order, chunked and pipelined like the trees
+  (windows of posted receives), every hop forwarded along its route by the
+  leaders of the DCs in between (``ring_relay`` of :mod:`.baselines`).
+* :class:`HierarchicalAllReduce`: ``dist.reduce`` on the DC's group,
+  ``dist.all_reduce`` (gloo's ring) on the leaders' group, ``dist.broadcast``
+  on the DC's group: collectives only.
+
+Tree-shaped baselines (``tree_best``, ``blink``, ``star``) are plans and run
+on :class:`BlpAllReduce` itself.
+
 Tensors must be on the CPU for gloo (a CUDA tensor is copied to the CPU and
 back).
 """
@@ -40,7 +63,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -86,41 +109,41 @@ def make_dc_groups(dc_of_rank: Mapping[int, str]) -> dict[str, Any]:
     return groups
 
 
-class BlpAllReduce:
-    """All-reduce a flat tensor along ``plan``; see the module docstring.
+def make_leader_group(leaders: Mapping[str, int]) -> Any:
+    """The process group of the DC leaders (``dist.new_group``); every rank of the world must call this."""
+    return dist.new_group(sorted(leaders.values()))
 
-    ``dc_of_rank``: every participating global rank -> its DC (names as in
-    the plan).  ``leaders``: DC -> leader rank (default: the lowest rank of
-    each DC).  ``group_of_dc``: optional per-DC process groups (from
-    :func:`make_dc_groups`) for the intra-DC phases; without it they are
-    point-to-point.  ``tag_base``: offset for the point-to-point tags, so
-    that several instances can run at once on one process group.
-    ``window``: chunks a tree direction keeps in flight (receives posted
-    ahead, sends not yet completed); it must cover the bandwidth-delay
-    product (64 x 256 KiB = 16 MiB covers 1 Gbit/s over a 130 ms round trip).
+
+class _LeaderScheme:
+    """What every leader-based scheme shares: rank/DC/leader checks and the intra-DC phases.
+
+    Subclasses implement :meth:`_leaders` (the WAN phase among DC leaders,
+    called on leaders only and only with more than one DC).
     """
 
-    def __init__(self, plan: Plan, rank: int, dc_of_rank: Mapping[int, str],
+    def __init__(self, dcs: Sequence[str], rank: int, dc_of_rank: Mapping[int, str],
                  leaders: Mapping[str, int] | None = None, group_of_dc: Mapping[str, Any] | None = None,
-                 *, average: bool = False, tag_base: int = 0, window: int = DEFAULT_WINDOW) -> None:
-        self.plan = plan
+                 *, average: bool = False, tag_base: int = 0, window: int = DEFAULT_WINDOW,
+                 field_name: str = "plan") -> None:
+        self.dcs = tuple(dcs)
         self.rank = rank
         self.dc_of_rank = dict(dc_of_rank)
         if rank not in self.dc_of_rank:
             raise ValidationError("dc_of_rank", f"rank {rank} has no DC", "map every participating rank to its DC")
-        unknown = sorted(set(self.dc_of_rank.values()) - set(plan.dcs))
+        unknown = sorted(set(self.dc_of_rank.values()) - set(self.dcs))
         if unknown:
-            raise ValidationError("dc_of_rank", f"DCs {unknown} are not in the plan", f"use DCs of {list(plan.dcs)}")
+            raise ValidationError("dc_of_rank", f"DCs {unknown} are not in the {field_name}",
+                                  f"use DCs of {list(self.dcs)}")
         if leaders is None:
             leaders = {}
             for r in sorted(self.dc_of_rank):
                 leaders.setdefault(self.dc_of_rank[r], r)
         self.leaders = dict(leaders)
-        for dc in plan.dcs:
+        for dc in self.dcs:
             lead = self.leaders.get(dc)
             if lead is None or self.dc_of_rank.get(lead) != dc:
                 raise ValidationError(f"leaders.{dc}", f"DC {dc!r} has no leader rank in it (got {lead!r})",
-                                      "give each DC of the plan one of its own ranks as leader")
+                                      f"give each DC of the {field_name} one of its own ranks as leader")
         self.group_of_dc = dict(group_of_dc) if group_of_dc else None
         self.average = average
         self.tag_base = tag_base
@@ -131,23 +154,12 @@ class BlpAllReduce:
         self.members = sorted(r for r, d in self.dc_of_rank.items() if d == self.dc)
         self.is_leader = self.leaders[self.dc] == rank
         self.world = len(self.dc_of_rank)
-        self._children = [t.children() for t in plan.trees]
-        self._stride = 2 * (max(t.chunks for t in plan.trees) + 1)
-
-    # ------------------------------------------------------------ tags
-    @property
-    def tag_span(self) -> int:
-        """Tags this instance uses: ``[tag_base, tag_base + tag_span)``; space concurrent instances that far apart."""
-        return 2 + len(self.plan.trees) * self._stride
-
-    def _tag(self, tree: int, chunk: int, down: bool) -> int:
-        return self.tag_base + 2 + tree * self._stride + 2 * chunk + int(down)
 
     # ------------------------------------------------------------ public
     def __call__(self, tensor: torch.Tensor) -> dict[int, int]:
         """Reduce ``tensor`` (any shape, contiguous) in place; returns bytes sent per peer rank."""
         if not tensor.is_contiguous():
-            raise ValueError("BlpAllReduce needs a contiguous tensor (flatten the gradients into one buffer)")
+            raise ValueError(f"{type(self).__name__} needs a contiguous tensor (flatten the gradients into one buffer)")
         if tensor.is_cuda:
             host = tensor.detach().cpu()
             sent = self._run(host.view(-1))
@@ -159,12 +171,15 @@ class BlpAllReduce:
     def _run(self, flat: torch.Tensor) -> dict[int, int]:
         sent: dict[int, int] = {}
         self._intra_reduce(flat, sent)
-        if self.is_leader and len(self.plan.dcs) > 1:
-            self._trees(flat, sent)
+        if self.is_leader and len(self.dcs) > 1:
+            self._leaders(flat, sent)
         self._intra_broadcast(flat, sent)
         if self.average:
             flat.div_(self.world)
         return sent
+
+    def _leaders(self, flat: torch.Tensor, sent: dict[int, int]) -> None:
+        raise NotImplementedError
 
     def _intra_reduce(self, flat: torch.Tensor, sent: dict[int, int]) -> None:
         if len(self.members) == 1:
@@ -203,6 +218,52 @@ class BlpAllReduce:
                 _count(sent, r, flat)
         for w in works:
             w.wait()
+
+    # ------------------------------------------------------------ p2p helpers
+    def _irecv(self, buf: torch.Tensor, dc: str, tag: int) -> tuple[Any, torch.Tensor]:
+        return dist.irecv(buf, self.leaders[dc], tag=tag), buf
+
+    def _isend(self, buf: torch.Tensor, dc: str, tag: int, sent: dict[int, int]) -> tuple[Any, torch.Tensor]:
+        peer = self.leaders[dc]
+        work = dist.isend(buf, peer, tag=tag)
+        _count(sent, peer, buf)
+        return work, buf
+
+
+class BlpAllReduce(_LeaderScheme):
+    """All-reduce a flat tensor along ``plan``; see the module docstring.
+
+    ``dc_of_rank``: every participating global rank -> its DC (names as in
+    the plan).  ``leaders``: DC -> leader rank (default: the lowest rank of
+    each DC).  ``group_of_dc``: optional per-DC process groups (from
+    :func:`make_dc_groups`) for the intra-DC phases; without it they are
+    point-to-point.  ``tag_base``: offset for the point-to-point tags, so
+    that several instances can run at once on one process group.
+    ``window``: chunks a tree direction keeps in flight (receives posted
+    ahead, sends not yet completed); it must cover the bandwidth-delay
+    product (64 x 256 KiB = 16 MiB covers 1 Gbit/s over a 130 ms round trip).
+    """
+
+    def __init__(self, plan: Plan, rank: int, dc_of_rank: Mapping[int, str],
+                 leaders: Mapping[str, int] | None = None, group_of_dc: Mapping[str, Any] | None = None,
+                 *, average: bool = False, tag_base: int = 0, window: int = DEFAULT_WINDOW) -> None:
+        super().__init__(plan.dcs, rank, dc_of_rank, leaders, group_of_dc, average=average, tag_base=tag_base,
+                         window=window)
+        self.plan = plan
+        self._children = [t.children() for t in plan.trees]
+        self._stride = 2 * (max(t.chunks for t in plan.trees) + 1)
+
+    # ------------------------------------------------------------ tags
+    @property
+    def tag_span(self) -> int:
+        """Tags this instance uses: ``[tag_base, tag_base + tag_span)``; space concurrent instances that far apart."""
+        return 2 + len(self.plan.trees) * self._stride
+
+    def _tag(self, tree: int, chunk: int, down: bool) -> int:
+        return self.tag_base + 2 + tree * self._stride + 2 * chunk + int(down)
+
+    def _leaders(self, flat: torch.Tensor, sent: dict[int, int]) -> None:
+        self._trees(flat, sent)
 
     def _trees(self, flat: torch.Tensor, sent: dict[int, int]) -> None:
         me = self.dc
@@ -277,15 +338,178 @@ class BlpAllReduce:
             _drain(sends, w * max(1, len(kids)))
         _drain(sends, 0)
 
-    # ------------------------------------------------------------ p2p helpers
-    def _irecv(self, buf: torch.Tensor, dc: str, tag: int) -> tuple[Any, torch.Tensor]:
-        return dist.irecv(buf, self.leaders[dc], tag=tag), buf
 
-    def _isend(self, buf: torch.Tensor, dc: str, tag: int, sent: dict[int, int]) -> tuple[Any, torch.Tensor]:
-        peer = self.leaders[dc]
-        work = dist.isend(buf, peer, tag=tag)
-        _count(sent, peer, buf)
-        return work, buf
+def ring_chunk_bounds(numel: int, n: int, chunks: int) -> list[list[tuple[int, int]]]:
+    """Element ranges of the ring's ``n`` segments, each cut into ``chunks`` (empty ranges kept as ``(a, a)``)."""
+    out = []
+    for i in range(n):
+        a, b = numel * i // n, numel * (i + 1) // n
+        cuts = [a + (b - a) * j // chunks for j in range(chunks + 1)]
+        out.append(list(zip(cuts, cuts[1:])))
+    return out
+
+
+class RingRelayAllReduce(_LeaderScheme):
+    """Ring all-reduce among DC leaders in the order ``ring``, each hop relayed along ``routes``.
+
+    ``routes[(a, b)]``: the DCs hop ``a -> b`` of the ring crosses (``[a, b]``
+    when direct); the leaders of the DCs in between forward its chunks (what
+    :func:`testbed.planning.baselines.ring_relay_cost` plans: widest paths).
+    The flat tensor is cut into ``n`` segments of ``chunks`` chunks; in
+    ``2 (n-1)`` steps (reduce-scatter, then all-gather) the leader at ring
+    position ``p`` sends segment ``p - s`` (``p + 1 - t`` in the all-gather)
+    and receives ``p - s - 1`` (``p - t``), chunk by chunk: chunk ``j`` of
+    step ``s`` leaves as soon as chunk ``j`` of step ``s - 1`` has arrived,
+    with a window of receives posted ahead (see the module docstring).  Every
+    segment's sum is computed once and copied, so all ranks end bit-identical.
+    Relays run on their own threads, one per hop they forward.
+    """
+
+    def __init__(self, ring: Sequence[str], routes: Mapping[tuple[str, str], Sequence[str]] | None, rank: int,
+                 dc_of_rank: Mapping[int, str], leaders: Mapping[str, int] | None = None,
+                 group_of_dc: Mapping[str, Any] | None = None, *, chunks: int = 1, average: bool = False,
+                 tag_base: int = 0, window: int = DEFAULT_WINDOW) -> None:
+        super().__init__(ring, rank, dc_of_rank, leaders, group_of_dc, average=average, tag_base=tag_base,
+                         window=window, field_name="ring")
+        n = len(self.dcs)
+        if len(set(self.dcs)) != n:
+            raise ValidationError("ring", f"ring {list(self.dcs)} names a DC twice", "list every DC once")
+        if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+            raise ValidationError("chunks", f"chunks per segment must be an integer >= 1, got {chunks!r}", "give e.g. 16")
+        self.chunks = chunks
+        self.hops = [(self.dcs[i], self.dcs[(i + 1) % n]) for i in range(n)]
+        self.routes: dict[tuple[str, str], tuple[str, ...]] = {}
+        for a, b in self.hops:
+            r = tuple((routes or {}).get((a, b), (a, b)))
+            if len(r) < 2 or r[0] != a or r[-1] != b or len(set(r)) != len(r) or not set(r) <= set(self.dcs):
+                raise ValidationError(f"routes.{a}->{b}", f"route {list(r)} does not lead from {a} to {b} over DCs",
+                                      "give the DCs the hop crosses, from its start to its end, each once")
+            self.routes[(a, b)] = r
+        self.steps = 2 * (n - 1)
+
+    @property
+    def tag_span(self) -> int:
+        return 2 + len(self.hops) * self.steps * self.chunks
+
+    def _tag(self, hop: int, step: int, chunk: int) -> int:
+        return self.tag_base + 2 + (hop * self.steps + step) * self.chunks + chunk
+
+    def _send_seg(self, pos: int, step: int) -> int:
+        n = len(self.dcs)
+        return (pos - step) % n if step < n - 1 else (pos + 1 - (step - n + 1)) % n
+
+    def _leaders(self, flat: torch.Tensor, sent: dict[int, int]) -> None:
+        bounds = ring_chunk_bounds(flat.numel(), len(self.dcs), self.chunks)
+        jobs = [_bind(self._ring, flat, bounds, sent)]
+        for h, (a, b) in enumerate(self.hops):
+            r = self.routes[(a, b)]
+            if self.dc in r[1:-1]:
+                i = r.index(self.dc)
+                jobs.append(_bind(self._relay, flat, bounds, h, r[i - 1], r[i + 1], sent))
+        _run_threads(jobs)
+
+    def _units(self, bounds: list[list[tuple[int, int]]], pos: int) -> list[tuple[int, int, int, int]]:
+        """(step, chunk, start, end) of the non-empty chunks the leader at ring position ``pos`` sends, in order."""
+        out = []
+        for s in range(self.steps):
+            for j, (a, b) in enumerate(bounds[self._send_seg(pos, s)]):
+                if b > a:
+                    out.append((s, j, a, b))
+        return out
+
+    def _ring(self, flat: torch.Tensor, bounds: list[list[tuple[int, int]]], sent: dict[int, int]) -> None:
+        n = len(self.dcs)
+        p = self.dcs.index(self.dc)
+        out_hop, in_hop = p, (p - 1) % n
+        first = self.routes[self.hops[out_hop]][1]
+        last = self.routes[self.hops[in_hop]][-2]
+        incoming = self._units(bounds, in_hop)  # what the previous leader sends, in its order
+        w = self.window
+        recvs: deque[tuple[Any, torch.Tensor]] = deque()
+        nxt = 0
+
+        def post() -> None:
+            nonlocal nxt
+            if nxt < len(incoming):
+                s, j, a, b = incoming[nxt]
+                recvs.append(self._irecv(torch.empty(b - a, dtype=flat.dtype), last, self._tag(in_hop, s, j)))
+                nxt += 1
+
+        for _ in range(w):
+            post()
+        got = 0
+
+        def consume_step(step: int, upto_chunk: int) -> None:
+            """Apply the received chunks of ``step`` up to chunk ``upto_chunk`` (inclusive)."""
+            nonlocal got
+            while got < len(incoming) and incoming[got][0] == step and incoming[got][1] <= upto_chunk:
+                _, _, a, b = incoming[got]
+                work, buf = recvs.popleft()
+                work.wait()
+                if step < n - 1:
+                    flat[a:b].add_(buf)
+                else:
+                    flat[a:b].copy_(buf)
+                got += 1
+                post()
+
+        sends: deque[tuple[Any, torch.Tensor]] = deque()
+        for s in range(self.steps):
+            for j, (a, b) in enumerate(bounds[self._send_seg(p, s)]):
+                if s > 0:
+                    consume_step(s - 1, j)
+                if b > a:
+                    sends.append(self._isend(flat[a:b], first, self._tag(out_hop, s, j), sent))
+                    _drain(sends, w)
+        consume_step(self.steps - 1, self.chunks)
+        _drain(sends, 0)
+
+    def _relay(self, flat: torch.Tensor, bounds: list[list[tuple[int, int]]], hop: int, src: str, dst: str,
+               sent: dict[int, int]) -> None:
+        """Forward hop ``hop``'s chunks from ``src`` to ``dst`` (this DC lies on its route)."""
+        units = self._units(bounds, hop)
+        w = self.window
+        recvs: deque[tuple[Any, torch.Tensor]] = deque()
+        for s, j, a, b in units[:w]:
+            recvs.append(self._irecv(torch.empty(b - a, dtype=flat.dtype), src, self._tag(hop, s, j)))
+        sends: deque[tuple[Any, torch.Tensor]] = deque()
+        for i, (s, j, _a, _b) in enumerate(units):
+            work, buf = recvs.popleft()
+            work.wait()
+            if i + w < len(units):
+                s2, j2, a2, b2 = units[i + w]
+                recvs.append(self._irecv(torch.empty(b2 - a2, dtype=flat.dtype), src, self._tag(hop, s2, j2)))
+            sends.append(self._isend(buf, dst, self._tag(hop, s, j), sent))
+            _drain(sends, w)
+        _drain(sends, 0)
+
+
+class HierarchicalAllReduce(_LeaderScheme):
+    """Hierarchical all-reduce on collectives: reduce in the DC, gloo ring among leaders, broadcast in the DC.
+
+    ``group_of_dc`` (from :func:`make_dc_groups`) and ``leader_group`` (from
+    :func:`make_leader_group`) must be made by every rank beforehand (without
+    ``group_of_dc`` the intra-DC phases fall back to point-to-point).  The
+    leaders' ``dist.all_reduce`` is gloo's ring in the group's rank order; the
+    returned byte counts are that ring's ``2 (n-1)/n * S`` to the next leader
+    (what gloo's ring sends, as ``testbed/training/collectives.py`` documents
+    and the byte-accounting tests measured); the collective intra-DC phases
+    are not counted.
+    """
+
+    def __init__(self, dcs: Sequence[str], rank: int, dc_of_rank: Mapping[int, str],
+                 leaders: Mapping[str, int] | None = None, group_of_dc: Mapping[str, Any] | None = None,
+                 leader_group: Any = None, *, average: bool = False, tag_base: int = 0) -> None:
+        super().__init__(dcs, rank, dc_of_rank, leaders, group_of_dc, average=average, tag_base=tag_base,
+                         field_name="topology")
+        self.leader_group = leader_group
+
+    def _leaders(self, flat: torch.Tensor, sent: dict[int, int]) -> None:
+        dist.all_reduce(flat, group=self.leader_group)
+        ring = sorted(self.leaders.values())
+        n = len(ring)
+        nxt = ring[(ring.index(self.rank) + 1) % n]
+        sent[nxt] = sent.get(nxt, 0) + int(round(2 * (n - 1) / n * flat.numel())) * flat.element_size()
 
 
 _count_lock = threading.Lock()

@@ -31,6 +31,12 @@ Cost model (the one the planner minimises and reports):
   which is small with many chunks.
 * ``T = T_bw + T_lat``.  LAN phases (intra-DC reduce/broadcast) and compute
   are not modelled; TCP effects (slow start, loss) are not modelled.
+* TCP/IP overhead: a shaped link of ``rate_bps`` carries tensor payload at
+  ``rate_bps * PAYLOAD_FRACTION`` (1448 payload bytes per 1514-byte frame at
+  MTU 1500, the figure the shaping benchmarks measure goodput against).
+  :func:`capacity_Bps` is the one place that applies it; every scheme's
+  prediction (BLP, its baselines, the solver's LP) goes through it, so the
+  numbers stay comparable and match what the executors can move.
 """
 
 from __future__ import annotations
@@ -52,6 +58,21 @@ PathFn = Callable[[str, str], Sequence[str]]
 
 FORMAT = "blp-plan/1"
 SHARE_TOLERANCE = 1e-6
+
+#: Target chunk size when the chunk count is not given: small enough that the
+#: store-and-forward fill of a chunk on a 100 Mbit/s hop (~21 ms) is of the order
+#: of WAN delays, large enough that per-message overhead stays negligible.
+DEFAULT_CHUNK_BYTES = 256 * 1024
+MAX_AUTO_CHUNKS = 4096
+
+
+def auto_chunks(size_bytes: int) -> int:
+    """Default ``K``: chunks of about :data:`DEFAULT_CHUNK_BYTES`, at least 1, at most 4096.
+
+    Every chunked scheme (BLP and the chunked baselines) cuts the gradient
+    with the same ``K``, so their pipeline-fill terms are comparable.
+    """
+    return max(1, min(MAX_AUTO_CHUNKS, round(size_bytes / DEFAULT_CHUNK_BYTES)))
 
 
 def direct_path(src: str, dst: str) -> list[str]:
@@ -120,9 +141,28 @@ def bidirectional_links(graph: nx.DiGraph) -> list[tuple[str, str]]:
     return sorted(out, key=lambda e: (index[e[0]], index[e[1]]))
 
 
+#: TCP payload per wire byte at MTU 1500 (what a shaped link carries of a tensor);
+#: the same figure as ``testbed.network.measure.TCP_PAYLOAD_FRACTION`` (a test checks it).
+PAYLOAD_FRACTION = 1448 / 1514
+
+
+def payload_Bps(rate_bps: float) -> float:
+    """Tensor bytes/s a link shaped to ``rate_bps`` (wire bits/s) carries: TCP/IP headers taken off."""
+    return float(rate_bps) / 8.0 * PAYLOAD_FRACTION
+
+
 def capacity_Bps(graph: nx.DiGraph, u: str, v: str) -> float:
-    """Capacity of the link direction u->v in bytes/s (inf when unshaped)."""
-    return float(graph.edges[u, v]["rate_bps"]) / 8.0
+    """Payload capacity of the link direction u->v in bytes/s (inf when unshaped); see :func:`payload_Bps`."""
+    return payload_Bps(graph.edges[u, v]["rate_bps"])
+
+
+def link_loads(graph: nx.DiGraph, loads: Mapping[tuple[str, str], float]) -> tuple[LinkLoad, ...]:
+    """Every link direction of ``graph`` with its payload bytes and the time its capacity needs for them."""
+    out = []
+    for (u, v) in graph.edges:
+        b = loads.get((u, v), 0.0)
+        out.append(LinkLoad(u, v, b, float(graph.edges[u, v]["rate_bps"]), b / capacity_Bps(graph, u, v) if b else 0.0))
+    return tuple(out)
 
 
 def hop_edges(graph: nx.DiGraph, path: PathFn, src: str, dst: str, field_name: str = "route") -> list[tuple[str, str]]:
@@ -445,10 +485,6 @@ def evaluate(graph: nx.DiGraph, trees: Sequence[Tree], size_bytes: int, path: Pa
         for e, n in tree_link_use(graph, t, path).items():
             loads[e] = loads.get(e, 0.0) + n * t.share * size_bytes
         lats.append(tree_latency(graph, t, t.share * size_bytes / max(t.chunks, 1), path))
-    links = []
-    for (u, v) in graph.edges:
-        b = loads.get((u, v), 0.0)
-        rate = float(graph.edges[u, v]["rate_bps"])
-        links.append(LinkLoad(u, v, b, rate, b * 8.0 / rate if b else 0.0))
+    links = link_loads(graph, loads)
     bw = max((ll.time_s for ll in links), default=0.0)
-    return PlanCost(bw, max(lats, default=0.0), tuple(lats), tuple(links))
+    return PlanCost(bw, max(lats, default=0.0), tuple(lats), links)

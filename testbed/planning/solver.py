@@ -28,6 +28,11 @@ and ``T_lat`` is the largest latency term among trees with ``x_k > 0``.
   budget search has low-latency trees to choose from.  That part is a
   heuristic: the bandwidth optimum is exact, the latency trade-off is over
   the pool.
+* ``bandwidth_only=True`` drops the latency term from the objective (no
+  budget search: one LP over every candidate tree), which is Blink-style
+  tree packing (:func:`testbed.planning.baselines.blink_cost` plans with it);
+  the returned plan is still costed with the full model, so what ignoring
+  latency costs shows in its ``latency_time_s``.
 """
 
 from __future__ import annotations
@@ -43,10 +48,12 @@ from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 from traffic_control.errors import ValidationError
 
 from .model import (
+    DEFAULT_CHUNK_BYTES,  # noqa: F401 - re-exported (solver.DEFAULT_CHUNK_BYTES)
     PathFn,
     Plan,
     PlanCost,
     Tree,
+    auto_chunks,
     bidirectional_links,
     cached_path,
     capacity_Bps,
@@ -66,11 +73,6 @@ from .trees import (
     shortest_path_tree,
 )
 
-#: Target chunk size when the chunk count is not given: small enough that the
-#: store-and-forward fill of a chunk on a 100 Mbit/s hop (~21 ms) is of the order
-#: of WAN delays, large enough that per-message overhead stays negligible.
-DEFAULT_CHUNK_BYTES = 256 * 1024
-MAX_AUTO_CHUNKS = 4096
 ENUM_LIMIT = 3000
 MAX_CG_ITERATIONS = 400
 MIP_POOL = 40
@@ -290,13 +292,9 @@ def _round_shares(lp: _LPResult, chunks: int) -> dict[int, int]:
     return {c: n for c, n in counts.items() if n > 0}
 
 
-def auto_chunks(size_bytes: int) -> int:
-    """Default ``K``: chunks of about :data:`DEFAULT_CHUNK_BYTES`, at least 1, at most 4096."""
-    return max(1, min(MAX_AUTO_CHUNKS, round(size_bytes / DEFAULT_CHUNK_BYTES)))
-
-
 def plan_blp(graph: nx.DiGraph, size_bytes: int, *, chunks: int | None = None, mip: bool = False,
-             path: PathFn | None = None, enum_limit: int = ENUM_LIMIT, time_limit_s: float = 10.0) -> Plan:
+             path: PathFn | None = None, enum_limit: int = ENUM_LIMIT, time_limit_s: float = 10.0,
+             bandwidth_only: bool = False) -> Plan:
     """Plan the all-reduce of ``size_bytes`` over the DC graph (one leader per DC).
 
     ``graph``: DiGraph with one edge per link direction (``rate_bps``,
@@ -306,6 +304,8 @@ def plan_blp(graph: nx.DiGraph, size_bytes: int, *, chunks: int | None = None, m
     default :func:`auto_chunks`.
     ``path(src, dst)``: the DCs traffic between adjacent DCs really crosses
     (default: the direct link; pass ``Topology.path`` to honour routing).
+    ``bandwidth_only``: minimise the bandwidth term alone (Blink-style
+    packing, see the module docstring); the plan's cost is still the full model.
     Raises :class:`ValidationError` for a disconnected graph or a size <= 0.
     """
     size = check_size(size_bytes)
@@ -332,7 +332,13 @@ def plan_blp(graph: nx.DiGraph, size_bytes: int, *, chunks: int | None = None, m
         _column_generation(prob, deadline)
         how = f"column generation: {len(prob.keys)} of {n_trees} spanning trees"
         notes.append("latency trade-off searched over a generated pool (bandwidth term exact)")
-    best, levels, memo = _budget_search(prob)
+    if bandwidth_only:
+        levels = sorted(set(round(v, 12) for v in prob.lats))
+        memo = {len(levels) - 1: _solve_lp(prob, list(range(len(prob.keys))))}
+        best = memo[len(levels) - 1]
+        notes.append("bandwidth term only (latency not in the objective)")
+    else:
+        best, levels, memo = _budget_search(prob)
     if mip:
         counts, solver = _mip(prob, chunks, levels, memo, max(1.0, deadline - time.monotonic()))
         trees = [Tree(prob.roots[c], orient(nodes, prob.links, prob.keys[c], prob.roots[c]), n / chunks, n)

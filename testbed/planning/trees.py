@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import networkx as nx
-import numpy as np
 
 #: An undirected spanning tree, as sorted indices into the list of links.
 TreeKey = tuple[int, ...]
@@ -45,6 +44,7 @@ def count_spanning_trees(nodes: Sequence[str], links: Sequence[tuple[str, str]])
     if n <= 1:
         return 1
     idx = {v: i for i, v in enumerate(nodes)}
+    import numpy as np  # here, not at import: every `testbed` command loads this module (numpy is slow under TCG)
     lap = np.zeros((n, n))
     for u, v in links:
         a, b = idx[u], idx[v]

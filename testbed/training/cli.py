@@ -1,4 +1,5 @@
 """``testbed gsyn-plan SPEC [--json]``: predict the best Gsyn group count from measured inputs.
+``testbed compute-profiles [--json]``: the accelerator profiles ``training.compute`` can emulate.
 
 SPEC is a YAML or JSON file of planner inputs (fields documented in
 ``testbed.training.gsyn_plan``).  Exit 0 with the table (or JSON), 2 with
@@ -25,6 +26,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("spec", help="YAML/JSON planner inputs (see testbed.training.gsyn_plan)")
     p.add_argument("--json", action="store_true", help="print the full plan as JSON")
     p.set_defaults(func=gsyn_plan_cmd)
+    cp = subparsers.add_parser(
+        "compute-profiles",
+        help="list the per-step GPU compute profiles training.compute can emulate, with their sources",
+        description="Published single-GPU training throughputs (model, GPU, batch, step time, parameter "
+                    "count, source) that `training.compute: {mode: emulated, profile: NAME}` sleeps to.",
+    )
+    cp.add_argument("--json", action="store_true", help="print the profiles as JSON")
+    cp.set_defaults(func=compute_profiles_cmd)
+
+
+def compute_profiles_cmd(args: argparse.Namespace) -> int:
+    from testbed.training.compute import format_profiles, profiles
+    from testbed.training.schema import to_plain
+
+    if args.json:
+        print(json.dumps([dict(to_plain(p), step_s=p.step_s, grad_bytes_fp32=p.grad_bytes("fp32"),
+                               grad_bytes_fp16=p.grad_bytes("fp16")) for p in profiles().values()], indent=2))
+    else:
+        print(format_profiles())
+    return 0
 
 
 def gsyn_plan_cmd(args: argparse.Namespace) -> int:

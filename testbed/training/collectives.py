@@ -1,30 +1,43 @@
-"""Collectives built from torch.distributed point-to-point (gloo), with exact byte counts.
+"""The collectives the schemes use (gloo), each with exact byte counts.
 
-Why not ``dist.all_reduce``: the testbed must say how many bytes each
-process sent to whom, so interface counters can be checked against it, and
-"ring" must really be a ring in a chosen order (ordered by DC, so it
-crosses each inter-DC boundary once per direction).  Each function returns
-the payload bytes *this* process sent.
+The testbed must say how many bytes each process sent to which DC, so
+interface counters can be checked against it, and "ring" must really be a
+ring in a chosen order (ordered by DC, so it crosses each inter-DC boundary
+once per direction).  Every phase that can be a gloo collective is one:
+gloo's point-to-point send/recv stalls in ~40 ms steps on shaped links (see
+:func:`ring_allreduce`), and a baseline built on it would be slower than it
+has to be (BLP's executor uses the same collectives for its DC phases).
 
 * :func:`ring_allreduce` - reduce-scatter then all-gather over ``ring``
   (global ranks in ring order); every rank sends ``2 (n-1)/n * S`` bytes.
-  Each chunk's final sum is computed once and copied, so all ranks end
-  with bit-identical buffers.
-* :func:`star_reduce` - members send their buffer to the leader, which sums
-  in member order (deterministic); ``S`` bytes per member.
-* :func:`star_broadcast` - the leader sends its buffer to each member.
+* :class:`HierarchicalAllReduce` - ``dist.reduce`` to each DC's leader on a
+  per-DC group, ring all-reduce among the DC leaders, ``dist.broadcast`` in
+  each DC (BSP ``allreduce: hierarchical`` and PGCS ``sync: hierarchical``).
+* :class:`GroupBroadcast` - a leader's buffer to every member of its group
+  (Gsyn's model broadcast): ``dist.broadcast`` on the group when it lies in
+  one DC; a group spanning DCs sends one copy to one member in each other DC
+  (a two-member group per DC, so exactly ``S`` crosses the WAN per DC and the
+  DC it goes to is known), which broadcasts it inside its DC.
 
+Byte counts inside a DC are what the algorithm must move (``S`` per member
+for a reduce or broadcast); gloo may spread them differently over the LAN,
+which never crosses a shaped link.  WAN bytes are exact.
 ``group`` is the torch.distributed (sub)group the ranks belong to; peers
-are named by global rank.  Chunk sizes follow ``tensor_split``, known to
-all ranks, so empty chunks are skipped on both sides.
+are named by global rank.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from testbed.collect.recorder import Recorder
+from testbed.training import dist as tdist
+from testbed.training.jobs import Peer
 
 
 def _wait(*works: object) -> None:
@@ -85,37 +98,93 @@ def _p2p_ring_allreduce(buf: torch.Tensor, ring: Sequence[int], group: object | 
     return sent
 
 
-class StarReducer:
-    """Sum into the leader; keeps the leader's receive buffers between steps."""
+class HierarchicalAllReduce:
+    """Reduce in each DC, ring all-reduce among the DC leaders, broadcast in each DC.
 
-    def __init__(self) -> None:
-        self._bufs: list[torch.Tensor] = []
+    Construct on every worker in the same order (it creates process groups,
+    a collective call).  The leader of a DC is its first rank.  Spans:
+    ``intra_sync`` (``op: reduce`` / ``broadcast``) and, on leaders,
+    ``wan_sync`` (``op: ring_allreduce``, ``wan_to`` the next leader's DC).
+    """
 
-    def __call__(self, buf: torch.Tensor, leader: int, members: Sequence[int], group: object | None = None) -> int:
-        others = [m for m in members if m != leader]
-        if not others:
-            return 0
-        me = dist.get_rank()
-        if me != leader:
-            dist.send(buf, leader, group=group)
-            return buf.numel() * buf.element_size()
-        while len(self._bufs) < len(others):
-            self._bufs.append(torch.empty_like(buf))
-        works = [dist.irecv(self._bufs[i][: buf.numel()], m, group=group) for i, m in enumerate(others)]
-        for i, w in enumerate(works):  # sum in member order: deterministic
-            w.wait()
-            buf.add_(self._bufs[i][: buf.numel()])
-        return 0
+    def __init__(self, peers: Sequence[Peer], rank: int, timeout_s: float) -> None:
+        self.peers, self.rank = peers, rank
+        self.dcs = tdist.ranks_by_dc(peers)
+        self.leaders = [m[0] for m in self.dcs]
+        self.dc_groups = tdist.make_subgroups(self.dcs, timeout_s)
+        self.leader_group = tdist.make_subgroups([self.leaders], timeout_s)[0]
+        self.my_dc = next(i for i, m in enumerate(self.dcs) if rank in m)
+
+    def __call__(self, buf: torch.Tensor, rec: Recorder, step: int, **extra: Any) -> int:
+        """Sum ``buf`` over every worker in place; returns the payload bytes this rank sent."""
+        members = self.dcs[self.my_dc]
+        leader, group = members[0], self.dc_groups[self.my_dc]
+        size = buf.numel() * buf.element_size()
+        total = 0
+        if len(members) > 1:
+            with rec.span("intra_sync", step=step, op="reduce", peer=self.peers[leader].host, **extra) as sp:
+                dist.reduce(buf, dst=leader, group=group)
+                sp["bytes"] = n = 0 if self.rank == leader else size
+                total += n
+        if self.rank == leader and len(self.leaders) > 1:
+            with rec.span("wan_sync", step=step, op="ring_allreduce", peers=len(self.leaders), **extra) as sp:
+                n = ring_allreduce(buf, self.leaders, self.leader_group)
+                sp.set(bytes=n, **tdist.wan_fields(tdist.ring_wan_to(n, self.leaders, self.rank, self.peers)))
+                total += n
+        if len(members) > 1:
+            with rec.span("intra_sync", step=step, op="broadcast", peer=self.peers[leader].host, **extra) as sp:
+                dist.broadcast(buf, src=leader, group=group)
+                sp["bytes"] = n = size * (len(members) - 1) if self.rank == leader else 0
+                total += n
+        return total
 
 
-def star_broadcast(buf: torch.Tensor, leader: int, members: Sequence[int], group: object | None = None) -> int:
-    """Copy the leader's ``buf`` to every member."""
-    others = [m for m in members if m != leader]
-    if not others:
-        return 0
-    if dist.get_rank() == leader:
-        works = [dist.isend(buf, m, group=group) for m in others]
-        _wait(*works)
-        return buf.numel() * buf.element_size() * len(others)
-    dist.recv(buf, leader, group=group)
-    return 0
+class GroupBroadcast:
+    """The leader's buffer to every member of its group, for each of several groups (Gsyn).
+
+    Construct on every worker with the same ``groups`` (lists of global
+    ranks, leader first) in the same order: it creates the process groups.
+    For a group inside one DC this is ``dist.broadcast`` on the group; for a
+    group spanning DCs the leader sends one copy to the first member of each
+    other DC (one two-member group each, sent concurrently), which then
+    broadcasts inside its DC.  So the WAN carries exactly ``S`` per other DC,
+    to a known DC.
+    """
+
+    def __init__(self, peers: Sequence[Peer], groups: Sequence[Sequence[int]], timeout_s: float) -> None:
+        self.peers = peers
+        self.plans: list[dict[str, Any]] = []
+        t = timedelta(seconds=timeout_s)
+        for members in groups:
+            leader = members[0]
+            by_dc: dict[str, list[int]] = {}
+            for m in [leader] + sorted(m for m in members if m != leader):
+                by_dc.setdefault(peers[m].dc, []).append(m)
+            pairs = {dc: self._group([leader, ms[0]], t) for dc, ms in by_dc.items() if dc != peers[leader].dc}
+            local = {dc: (ms[0], self._group(ms, t)) for dc, ms in by_dc.items() if len(ms) > 1}
+            self.plans.append({"leader": leader, "by_dc": by_dc, "pairs": pairs, "local": local})
+
+    @staticmethod
+    def _group(ranks: Sequence[int], timeout: timedelta) -> Any:
+        return dist.new_group(sorted(ranks), timeout=timeout) if len(ranks) > 1 else None
+
+    def __call__(self, buf: torch.Tensor, g: int, rank: int) -> tuple[int, dict[str, int]]:
+        """Broadcast group ``g``'s leader's ``buf`` in place; returns (bytes this rank sent, WAN bytes by DC)."""
+        plan = self.plans[g]
+        leader, dc = plan["leader"], self.peers[rank].dc
+        size = buf.numel() * buf.element_size()
+        sent, wan_to = 0, {}
+        if rank == leader:
+            works = [dist.broadcast(buf, src=leader, group=pg, async_op=True) for pg in plan["pairs"].values()]
+            for w in works:
+                w.wait()
+            wan_to = dict.fromkeys(plan["pairs"], size)
+            sent += size * len(works)
+        elif dc != self.peers[leader].dc and plan["by_dc"][dc][0] == rank:
+            dist.broadcast(buf, src=leader, group=plan["pairs"][dc])
+        if dc in plan["local"]:
+            src, pg = plan["local"][dc]
+            dist.broadcast(buf, src=src, group=pg)
+            if rank == src:
+                sent += size * (len(plan["by_dc"][dc]) - 1)
+        return sent, wan_to

@@ -5,15 +5,17 @@ Example (every key but ``workload`` and ``scheme`` has a default)::
     training:
       workload: {name: charlm, batch_size: 16}     # or just: workload: digits
       scheme: {name: gsyn, groups: 2}              # or: scheme: {name: ssp, staleness: 2}
-      optimizer: {name: sgd, lr: 0.05, momentum: 0.0}
+      optimizer: {name: sgd, lr: 0.05, momentum: 0.0, lr_rule: linear}   # README "Learning rates"
       stop: {steps: 200, wall_s: 120, target: {metric: loss, value: 2.2}}
-      eval_every: 10
+      eval_every: 10              # or, the same cadence for every scheme:
+      eval_every_samples: 2560    # a snapshot per 2560 training samples (all workers)
       device: auto
       threads: 1
       seed: 0
       slowdown:
         - {dcs: [b], factor: 2.0}
         - {hosts: [a1], delay: {dist: exponential, mean_s: 0.02}}
+      compute: {mode: emulated, profile: resnet50-a100-amp, cv: 0.05, factor_by_dc: {b: 1.5}}
 
 ``validate_training(cfg, workers=...)`` raises
 ``traffic_control.errors.ValidationError(field_path, problem, fix)`` for
@@ -27,13 +29,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from testbed.training.compute import ComputeProfile
 from testbed.training.schema import ValidationError, from_mapping, to_plain
 from testbed.training.schemes import SCHEMES
 from testbed.training.workloads import WORKLOADS
 from traffic_control.fields import Duration
 
 __all__ = [
-    "DelayDist", "FaultConfig", "NamedParams", "OptimizerConfig", "SlowdownRule", "StopConfig", "TargetConfig",
+    "ComputeConfig", "DelayDist", "FaultConfig", "NamedParams", "OptimizerConfig", "SlowdownRule", "StopConfig", "TargetConfig",
     "TrainingConfig", "validate_training", "workers_of",
 ]
 
@@ -51,16 +54,32 @@ class NamedParams:
 
 @dataclass
 class OptimizerConfig:
-    """Applied by every BSP worker, and by the parameter server for PS schemes."""
+    """Applied by every BSP worker, and by the parameter server for PS schemes.
+
+    ``lr`` is the rate for ``base_batch`` samples per update; ``lr_rule`` says how each scheme
+    scales it to the batch one of its updates really averages (``none``: every scheme uses
+    ``lr`` as written, the default so that older specs run unchanged; ``linear``: Goyal et al.
+    2017, for SGD; ``sqrt``: Malladi et al. 2022, for Adam).  ``base_batch`` defaults to the
+    workload's per-worker ``batch_size`` (``lr`` is then the one-worker rate).
+    ``staleness_aware``: the parameter server divides each update's lr by ``max(1, staleness)``
+    (Zhang et al. 2016); schemes without a server ignore it.  The rules and their citations:
+    ``testbed.training.lr``; the lr a trial used is in its manifest's ``lr``.
+    """
 
     name: Literal["sgd", "adam"] = "sgd"
     lr: float = 0.05
     momentum: float = 0.0  # sgd only
     weight_decay: float = 0.0
+    lr_rule: Literal["none", "linear", "sqrt"] = "none"
+    base_batch: int | None = None  # samples lr is meant for (default: the workload's batch_size)
+    staleness_aware: bool = False  # server: lr / max(1, staleness) per update
 
     def check(self, field: str) -> None:
         if self.lr <= 0:
             raise ValidationError(f"{field}.lr", f"must be > 0, got {self.lr}", "use e.g. 0.05")
+        if self.base_batch is not None and self.base_batch < 1:
+            raise ValidationError(f"{field}.base_batch", f"must be >= 1, got {self.base_batch}",
+                                  "give the batch lr was tuned for, or drop it (default: the workload's batch_size)")
         if not 0 <= self.momentum < 1:
             raise ValidationError(f"{field}.momentum", "must be in [0, 1)", "use e.g. 0.9")
         if self.weight_decay < 0:
@@ -167,6 +186,64 @@ class SlowdownRule:
         return host in self.hosts or dc in self.dcs
 
 
+#: schemes whose every gradient/model message is one of the worker's flat buffers (or, for the
+#: parameter server's pushes and pulls, padded to the same size), so that ``pad_gradient`` pads all
+#: of it (PGCS's per-expert buffers are not padded)
+PAD_GRADIENT_SCHEMES = ("bsp", "diloco", "asp", "ssp", "gsyn")
+
+
+@dataclass
+class ComputeConfig:
+    """How a step's compute time is made (see :mod:`testbed.training.compute`).
+
+    ``real``: the time the real forward/backward takes here (CPU or GPU).  ``emulated``: the
+    real forward/backward, then a sleep up to ``profile``'s per-step time (a bundled name, see
+    ``testbed compute-profiles``, or an inline profile) x ``time_scale`` x the worker's
+    ``factor_by_dc`` x a lognormal draw of mean 1 and coefficient of variation ``cv``.
+    ``pad_gradient``: pad BSP/DiLoCo/ASP/SSP/Gsyn messages to the profile's gradient size in
+    ``gradient_dtype`` (also with ``mode: real``).
+    """
+
+    mode: Literal["real", "emulated"] = "real"
+    profile: str | ComputeProfile | None = None
+    time_scale: float = 1.0
+    factor_by_dc: dict[str, float] = field(default_factory=dict)
+    cv: float = 0.0
+    pad_gradient: bool = False
+    gradient_dtype: Literal["fp32", "fp16"] = "fp32"
+
+    def check(self, field: str) -> None:
+        from testbed.training.compute import resolve_profile
+
+        if self.mode == "emulated" and self.profile is None:
+            raise ValidationError(f"{field}.profile", "missing for mode emulated",
+                                  "name a profile (testbed compute-profiles), e.g. profile: resnet50-a100-amp")
+        if self.mode == "real":
+            for name, unused in (("time_scale", self.time_scale != 1.0), ("factor_by_dc", bool(self.factor_by_dc)),
+                                 ("cv", self.cv != 0.0)):
+                if unused:
+                    raise ValidationError(f"{field}.{name}", "only used with mode: emulated",
+                                          "set mode: emulated, or remove it")
+            if self.profile is not None and not self.pad_gradient:
+                raise ValidationError(f"{field}.profile", "not used: mode is real and pad_gradient is off",
+                                      "set mode: emulated or pad_gradient: true, or remove the profile")
+        if self.pad_gradient and self.profile is None:
+            raise ValidationError(f"{field}.pad_gradient", "needs a profile (its parameter count)",
+                                  "name a profile, e.g. profile: resnet50-a100-amp")
+        if self.gradient_dtype != "fp32" and not self.pad_gradient:
+            raise ValidationError(f"{field}.gradient_dtype", "only used with pad_gradient: true",
+                                  "set pad_gradient: true, or remove it")
+        if not self.time_scale > 0:
+            raise ValidationError(f"{field}.time_scale", f"must be > 0, got {self.time_scale}", "use e.g. 1 or 0.5")
+        if not 0 <= self.cv <= 3:
+            raise ValidationError(f"{field}.cv", f"must be in [0, 3], got {self.cv}", "use e.g. 0.05 (5 %)")
+        for dc, f in self.factor_by_dc.items():
+            if not f > 0:
+                raise ValidationError(f"{field}.factor_by_dc.{dc}", f"must be > 0, got {f}",
+                                      "use e.g. 1.5 for a DC whose GPUs are 1.5 x slower")
+        resolve_profile(self.profile, f"{field}.profile")
+
+
 @dataclass
 class FaultConfig:
     """A real fault in one worker, to exercise supervision (the fault-injection tests, demos).
@@ -199,11 +276,15 @@ class TrainingConfig:
     scheme: Any  # NamedParams over SCHEMES
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     stop: StopConfig = field(default_factory=StopConfig)
-    eval_every: int = 10  # BSP: steps; PS schemes: server updates
+    eval_every: int = 10  # BSP: steps; PS schemes: server updates (used when eval_every_samples is unset)
+    # One evaluation cadence for every scheme: a snapshot whenever the samples processed by all workers
+    # together cross a multiple of this (see evaluator.EvalCadence); None = every eval_every updates.
+    eval_every_samples: int | None = None
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int = 1  # torch intra-op threads per process
     seed: int = 0
     slowdown: list[SlowdownRule] = field(default_factory=list)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)  # real, or an emulated accelerator
     rendezvous_port: int = 29500  # torch.distributed TCP store on rank 0's address
     server_port: int = 29600  # parameter server listens on its host's address
     comm_timeout_s: Duration = 300.0  # collective / server-reply timeout
@@ -214,6 +295,9 @@ class TrainingConfig:
     def check(self, field: str) -> None:
         if self.eval_every < 1:
             raise ValidationError(f"{field}.eval_every", "must be >= 1", "use e.g. 10")
+        if self.eval_every_samples is not None and self.eval_every_samples < 1:
+            raise ValidationError(f"{field}.eval_every_samples", "must be >= 1",
+                                  "use e.g. 10 x workers x batch_size, or leave it out")
         if self.threads < 1:
             raise ValidationError(f"{field}.threads", "must be >= 1", "use 1 (default)")
         for name in ("rendezvous_port", "server_port"):
@@ -293,6 +377,9 @@ def validate_training(
     hook = getattr(tc.scheme.params, "check_training", None)  # cross-section checks of a scheme (pgcs)
     if callable(hook):
         hook(tc, workers_of(workers), f"{field}.scheme")
+    if tc.compute.pad_gradient and tc.scheme.name not in PAD_GRADIENT_SCHEMES:
+        raise ValidationError(f"{field}.compute.pad_gradient", f"not supported by scheme {tc.scheme.name}",
+                              f"use it with {' or '.join(PAD_GRADIENT_SCHEMES)}, or set pad_gradient: false")
     _check_against_workers(tc, workers_of(workers), field)
     return tc
 
@@ -315,6 +402,10 @@ def _check_against_workers(tc: TrainingConfig, workers: list[tuple[str, str]] | 
                                   f"use hosts from: {', '.join(sorted(hosts))}")
         if f.rank is not None and not 0 <= f.rank < len(workers):
             raise ValidationError(f"{field}.fault.rank", f"no worker rank {f.rank}", f"use 0..{len(workers) - 1}")
+    for d in tc.compute.factor_by_dc:
+        if d not in dcs:
+            raise ValidationError(f"{field}.compute.factor_by_dc.{d}", f"DC {d!r} has no worker",
+                                  f"use DCs from: {', '.join(sorted(dcs))}")
     for i, rule in enumerate(tc.slowdown):
         for h in rule.hosts:
             if h not in hosts:

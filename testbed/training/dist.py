@@ -21,10 +21,14 @@ from testbed.training.jobs import Job, Peer
 
 
 def init_world(job: Job, rec: Recorder) -> None:
+    """The gloo world of the workers, rendezvous through the trial's store (``start.store_for``),
+    which the start barrier shares, so the parameter server can meet the workers there too."""
+    from testbed.training.start import store_for
+
     with rec.span("wait", what="rendezvous", peer=f"{job.rendezvous_addr}:{job.rendezvous_port}"):
         dist.init_process_group(
             "gloo",
-            init_method=f"tcp://{job.rendezvous_addr}:{job.rendezvous_port}",
+            store=dist.PrefixStore("gloo/", store_for(job)),
             rank=job.rank,
             world_size=job.world_size,
             timeout=timedelta(seconds=job.training.comm_timeout_s),
@@ -83,12 +87,19 @@ def ring_wan_bytes(sent: int, ring: Sequence[int], rank: int, peers: Sequence[Pe
     return sent if peers[nxt].dc != peers[rank].dc else 0
 
 
-def star_wan_bytes(sent: int, leader: int, members: Sequence[int], peers: Sequence[Peer]) -> int:
-    """Bytes of a leader's star broadcast (``sent`` = what it sent to all others) that crossed DCs."""
-    others = [m for m in members if m != leader]
-    if not sent or not others:
-        return 0
-    return sent // len(others) * sum(1 for m in others if peers[m].dc != peers[leader].dc)
+def ring_wan_to(sent: int, ring: Sequence[int], rank: int, peers: Sequence[Peer]) -> dict[str, int]:
+    """Like :func:`ring_wan_bytes`, by destination DC: ``{successor's DC: sent}`` if it is another DC."""
+    wan = ring_wan_bytes(sent, ring, rank, peers)
+    return {peers[ring[(ring.index(rank) + 1) % len(ring)]].dc: wan} if wan else {}
+
+
+def wan_fields(wan_to: dict[str, int]) -> dict[str, object]:
+    """Span keys of the bytes a span sent across DCs: ``wan_bytes`` (total) and ``wan_to`` (per destination DC).
+
+    ``wan_to`` lets a check route every byte over the topology (a relayed
+    flow loads every link of its path) and compare with each link's counter.
+    """
+    return {"wan_bytes": int(sum(wan_to.values())), "wan_to": {k: int(v) for k, v in wan_to.items() if v}}
 
 
 def sync_phase(peers: Sequence[Peer], ranks: Sequence[int]) -> str:

@@ -2,17 +2,28 @@
 
 The evaluating process (BSP rank 0, or the parameter server) hands a CPU
 snapshot of the parameters to a background thread and goes on training;
-the thread evaluates the newest snapshot (older pending ones are dropped,
-never queued up), writes a row ``step,wall_s,loss,acc,expert,updates``
-(``wall_s`` = seconds since t0 *of the snapshot*, not of the evaluation)
-and an ``eval`` span, and sets :attr:`reached` when the stop target is met.
+the thread evaluates the snapshots in the order they were taken and writes
+a row ``step,wall_s,loss,acc,expert,updates,samples`` per snapshot
+(``wall_s`` = seconds on the training clock - since the trial's start
+barrier - *of the snapshot*, not of the evaluation; ``samples`` = training
+samples all workers had processed into that model) and an ``eval`` span,
+and sets :attr:`reached` when the stop target is met.
+
+No snapshot is dropped silently: they queue up (every scheme is evaluated
+on the same cadence, see ``TrainingConfig.eval_every_samples``, and a
+curve with holes where the evaluator was busy would favour the schemes
+that update slowly).  Only past :data:`MAX_BACKLOG` pending snapshots is
+the oldest dropped, and then counted: the ``eval`` spans carry
+``dropped``, and :meth:`SnapshotEvaluator.close` prints a warning.
 Evaluation still costs CPU on that host; the ``eval`` spans show how much.
 """
 
 from __future__ import annotations
 
 import csv
+import sys
 import threading
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +31,10 @@ import torch
 
 from testbed.collect.recorder import Recorder
 
-COLUMNS = ("step", "wall_s", "loss", "acc", "expert", "updates")
+COLUMNS = ("step", "wall_s", "loss", "acc", "expert", "updates", "samples")
+
+#: Pending snapshots kept before the oldest is dropped (and counted): memory stays bounded.
+MAX_BACKLOG = 256
 
 
 class MetricsWriter:
@@ -36,9 +50,9 @@ class MetricsWriter:
         self.rows: list[dict[str, Any]] = []
 
     def write(self, step: int, wall_s: float, loss: float | None, acc: float | None,
-              updates: int, expert: int | None = None) -> None:
+              updates: int, expert: int | None = None, samples: int | None = None) -> None:
         row = {"step": step, "wall_s": round(wall_s, 6), "loss": loss, "acc": acc, "expert": expert,
-               "updates": updates}
+               "updates": updates, "samples": samples}
         self.rows.append(row)
         self._w.writerow(["" if row[c] is None else row[c] for c in COLUMNS])
         self._fh.flush()
@@ -46,6 +60,45 @@ class MetricsWriter:
     def close(self) -> None:
         if not self._fh.closed:
             self._fh.close()
+
+
+class EvalCadence:
+    """When the evaluating process takes a snapshot: one rule, whatever the scheme's update is.
+
+    With ``training.eval_every_samples = E`` a snapshot is due whenever the
+    training samples processed by all workers together cross a multiple of
+    E: the same cadence for a BSP step (N x batch samples), an ASP update
+    (one worker's batch) and a Gsyn update (a group's batches).  Without it
+    (the default, kept for old specs) every ``eval_every`` model updates,
+    which differs per scheme in samples; the report says which ran.
+    """
+
+    def __init__(self, training: Any) -> None:
+        self.every_samples: int | None = getattr(training, "eval_every_samples", None)
+        self.every_updates = int(training.eval_every)
+        self._bucket = 0
+
+    def due(self, updates: int, samples: int, *, crossing: bool = False) -> bool:
+        """Whether the model after ``updates`` updates and ``samples`` samples gets a snapshot.
+
+        ``crossing``: ``updates`` may jump by more than one between calls (DiLoCo counts inner
+        steps but has a new model only every H of them): due when it crossed a multiple of
+        ``eval_every`` since the last snapshot, not only when it lands on one.
+        """
+        if self.every_samples is None and not crossing:
+            return updates % self.every_updates == 0
+        count, every = (samples, self.every_samples) if self.every_samples is not None \
+            else (updates, self.every_updates)
+        bucket = count // every
+        if bucket > self._bucket:
+            self._bucket = bucket
+            return True
+        return False
+
+    def describe(self) -> str:
+        if self.every_samples is None:
+            return f"every {self.every_updates} model updates"
+        return f"every {self.every_samples} training samples (all workers)"
 
 
 def meets(target: Any | None, res: dict[str, Any]) -> bool:
@@ -57,11 +110,11 @@ def meets(target: Any | None, res: dict[str, Any]) -> bool:
 
 
 class SnapshotEvaluator:
-    """The machinery both evaluators share: newest snapshot per key, one background thread.
+    """The machinery both evaluators share: a queue of snapshots, one background thread.
 
-    ``_put(key, job)`` replaces the pending job of ``key`` (older ones are
-    dropped, never queued up); the thread runs ``_evaluate(key, *job)`` for
-    the pending keys in key order.  Subclasses build the models and write rows.
+    ``_put(key, ...)`` appends a snapshot; the thread runs ``_evaluate(key,
+    *job)`` for each in submission order.  Subclasses build the models and
+    write rows.
     """
 
     def __init__(self, rec: Recorder, metrics_path: str | Path, target: Any | None, name: str) -> None:
@@ -70,16 +123,22 @@ class SnapshotEvaluator:
         self.writer = MetricsWriter(metrics_path)
         self.reached = threading.Event()
         self._cv = threading.Condition()
-        self._pending: dict[int, tuple[int, int, float, torch.Tensor]] = {}
+        self._pending: deque[tuple[int, tuple[int, int, float, int | None, torch.Tensor]]] = deque()
+        self.dropped = 0
         self._busy = False
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
-    def _put(self, key: int, step: int, updates: int, params: torch.Tensor, wall_s: float | None = None) -> None:
+    def _put(self, key: int, step: int, updates: int, params: torch.Tensor, wall_s: float | None = None,
+             samples: int | None = None) -> None:
         snap = params.detach().to("cpu", copy=True)
         with self._cv:
-            self._pending[key] = (step, updates, self.rec.wall_s() if wall_s is None else wall_s, snap)
+            if len(self._pending) >= MAX_BACKLOG:
+                self._pending.popleft()
+                self.dropped += 1
+            self._pending.append((key, (step, updates, self.rec.train_s() if wall_s is None else wall_s,
+                                        samples, snap)))
             self._cv.notify_all()
 
     def drain(self) -> None:
@@ -94,6 +153,9 @@ class SnapshotEvaluator:
             self._cv.notify_all()
         self._thread.join(timeout=5)
         self.writer.close()
+        if self.dropped:
+            print(f"warning: the evaluator fell {MAX_BACKLOG} snapshots behind and dropped {self.dropped} "
+                  f"(the oldest pending); metrics.csv has holes there", file=sys.stderr)
 
     def _loop(self) -> None:
         while True:
@@ -102,8 +164,7 @@ class SnapshotEvaluator:
                     self._cv.wait()
                 if not self._pending:
                     return
-                key = min(self._pending)
-                job = self._pending.pop(key)
+                key, job = self._pending.popleft()
                 self._busy = True
             try:
                 self._evaluate(key, *job)
@@ -112,7 +173,8 @@ class SnapshotEvaluator:
                     self._busy = False
                     self._cv.notify_all()
 
-    def _evaluate(self, key: int, step: int, updates: int, wall_s: float, snap: torch.Tensor) -> None:
+    def _evaluate(self, key: int, step: int, updates: int, wall_s: float, samples: int | None,
+                  snap: torch.Tensor) -> None:
         raise NotImplementedError
 
 
@@ -129,26 +191,29 @@ class Evaluator(SnapshotEvaluator):
         self.last: dict[str, Any] | None = None
         super().__init__(rec, metrics_path, target, "evaluator")
 
-    def submit(self, step: int, updates: int, params: torch.Tensor, wall_s: float | None = None) -> None:
-        """Queue a snapshot (the caller's tensor is copied)."""
-        self._put(0, step, updates, params, wall_s)
+    def submit(self, step: int, updates: int, params: torch.Tensor, wall_s: float | None = None,
+               samples: int | None = None) -> None:
+        """Queue a snapshot (the caller's tensor is copied); ``wall_s`` defaults to the training clock now."""
+        self._put(0, step, updates, params, wall_s, samples)
 
-    def final(self, step: int, updates: int, params: torch.Tensor) -> dict[str, Any]:
-        """Evaluate synchronously (after the pending one) unless this exact update was evaluated."""
+    def final(self, step: int, updates: int, params: torch.Tensor, samples: int | None = None) -> dict[str, Any]:
+        """Evaluate synchronously (after the pending ones) unless this exact update was evaluated."""
         self.drain()
         if self.last is not None and self.last["updates"] == updates:
             return self.last
-        self.submit(step, updates, params)
+        self.submit(step, updates, params, samples=samples)
         self.drain()
         assert self.last is not None
         return self.last
 
-    def _evaluate(self, key: int, step: int, updates: int, wall_s: float, snap: torch.Tensor) -> None:
-        with self.rec.span("eval", step=step, updates=updates) as sp:
+    def _evaluate(self, key: int, step: int, updates: int, wall_s: float, samples: int | None,
+                  snap: torch.Tensor) -> None:
+        with self.rec.span("eval", step=step, updates=updates, backlog=len(self._pending),
+                           dropped=self.dropped) as sp:
             self.flat.load(snap.to(self.flat.device))
             res = self.workload.evaluate(self.flat.model)
             sp.set(loss=res.get("loss"), acc=res.get("acc"))
-        self.writer.write(step, wall_s, res.get("loss"), res.get("acc"), updates)
-        self.last = {"step": step, "updates": updates, "wall_s": wall_s, **res}
+        self.writer.write(step, wall_s, res.get("loss"), res.get("acc"), updates, samples=samples)
+        self.last = {"step": step, "updates": updates, "wall_s": wall_s, "samples": samples, **res}
         if meets(self.target, res):
             self.reached.set()

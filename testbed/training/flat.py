@@ -60,13 +60,18 @@ class FlatModel:
         return self.params.detach().to("cpu", copy=True)
 
 
-def make_optimizer(cfg: object, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
-    """SGD or Adam from ``OptimizerConfig`` (foreach off: identical math on every process)."""
+def make_optimizer(cfg: object, params: list[torch.nn.Parameter], lr: float | None = None) -> torch.optim.Optimizer:
+    """SGD or Adam from ``OptimizerConfig`` (foreach off: identical math on every process).
+
+    ``lr``: the rate this process really uses (``testbed.training.lr.resolve_job``: the
+    scheme's scaling rule applied to ``cfg.lr``); None = ``cfg.lr`` as written.
+    """
     name = cfg.name  # type: ignore[attr-defined]
+    rate = float(cfg.lr if lr is None else lr)  # type: ignore[attr-defined]
     if name == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,  # type: ignore[attr-defined]
+        return torch.optim.SGD(params, lr=rate, momentum=cfg.momentum,  # type: ignore[attr-defined]
                                weight_decay=cfg.weight_decay, foreach=False)  # type: ignore[attr-defined]
     if name == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay,  # type: ignore[attr-defined]
+        return torch.optim.Adam(params, lr=rate, weight_decay=cfg.weight_decay,  # type: ignore[attr-defined]
                                 foreach=False)
     raise ValueError(f"unknown optimizer {name!r}")

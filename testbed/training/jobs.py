@@ -28,8 +28,14 @@ Job file fields (JSON object):
                     threads, seed, slowdown rules, ports, timeouts)
 ``slowdown_factor`` this process's resolved compute factor (>= 1)
 ``slowdown_delays`` this process's resolved random delays (``DelayDist`` dicts)
+``compute``         this process's resolved compute model (``training.compute``): ``mode``,
+                    the whole ``profile`` entry, ``dc_factor``, ``step_s`` (mean profiled
+                    step), ``cv``, ``message_floats`` (padding); see ``training.compute``
 ``out_dir``         the trial directory (events/, metrics.csv, models/ go there)
 ``t0_ns``           ``time.time_ns()`` at trial start, the zero of every ``ts``
+``lr``              the learning rate(s) the processes use and why (``testbed.training.lr``:
+                    rule, base lr and batch, workers per update, lr per update or per
+                    server client); processes apply this record
 ==================  ===========================================================
 """
 
@@ -42,7 +48,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from testbed.training.compute import resolve as resolve_compute
 from testbed.training.config import DelayDist, TrainingConfig, validate_training
+from testbed.training.lr import resolve
 from testbed.training.schema import ValidationError, from_mapping, to_plain
 from traffic_control.files import write_atomic
 
@@ -97,6 +105,8 @@ class Job:
     slowdown_factor: float = 1.0
     slowdown_delays: list[DelayDist] = field(default_factory=list)
     server_dc: str | None = None  # the parameter server's DC (byte accounting: does a push cross the WAN?)
+    compute: dict[str, Any] | None = None  # resolved training.compute for this process (compute.resolve)
+    lr: dict[str, Any] | None = None  # testbed.training.lr.LrResolution.to_dict(); None = resolve from training
 
     @property
     def name(self) -> str:
@@ -187,6 +197,7 @@ def make_jobs(
         "training": tc,
         "out_dir": str(out_dir),
         "t0_ns": int(t0_ns),
+        "lr": resolve(tc, n, groups).to_dict(),
     }
     jobs = []
     for r, w in enumerate(workers):
@@ -197,10 +208,11 @@ def make_jobs(
                 if rule.delay is not None:
                     delays.append(rule.delay)
         jobs.append(Job(role="worker", rank=r, host=w.host, dc=w.dc, address=w.address, ifname=w.ifname,
-                        slowdown_factor=factor, slowdown_delays=delays, **common))
+                        slowdown_factor=factor, slowdown_delays=delays,
+                        compute=resolve_compute(tc.compute, w.dc), **common))
     if server is not None:
         jobs.append(Job(role="server", rank=n, host=server.host, dc=server.dc, address=server.address,
-                        ifname=server.ifname, **common))
+                        ifname=server.ifname, compute=resolve_compute(tc.compute, None), **common))
     return jobs
 
 

@@ -44,7 +44,7 @@ import torch.distributed as dist
 
 from testbed.collect.recorder import Recorder, events_path
 from testbed.training import dist as tdist
-from testbed.training.collectives import StarReducer, ring_allreduce, star_broadcast
+from testbed.training.collectives import HierarchicalAllReduce, ring_allreduce
 from testbed.training.evaluator import SnapshotEvaluator, meets
 from testbed.training.flat import FlatModel, make_optimizer
 from testbed.training.jobs import Job
@@ -167,12 +167,7 @@ class GradSync:
         self.ring = tdist.ring_order(peers, everyone)
         self.phase = tdist.sync_phase(peers, everyone)
         if kind == "hierarchical":
-            self.dcs = tdist.ranks_by_dc(peers)
-            self.leaders = [m[0] for m in self.dcs]
-            self.dc_groups = tdist.make_subgroups(self.dcs, job.training.comm_timeout_s)
-            self.leader_group = tdist.make_subgroups([self.leaders], job.training.comm_timeout_s)[0]
-            self.my_dc = next(i for i, m in enumerate(self.dcs) if self.rank in m)
-            self.reduce = StarReducer()
+            self.hier = HierarchicalAllReduce(peers, self.rank, job.training.comm_timeout_s)
         elif kind == "blp":
             from testbed.planning.executor import BlpAllReduce, make_dc_groups
 
@@ -190,8 +185,7 @@ class GradSync:
         if self.kind == "allreduce":
             with rec.span(self.phase, step=step, op="ring_allreduce", peers=len(self.ring), **extra) as sp:
                 sent = ring_allreduce(buf, self.ring, self.group)
-                sp["bytes"] = sent
-                sp["wan_bytes"] = tdist.ring_wan_bytes(sent, self.ring, self.rank, self.peers)
+                sp.set(bytes=sent, **tdist.wan_fields(tdist.ring_wan_to(sent, self.ring, self.rank, self.peers)))
             return sent
         if self.kind == "blp":
             with rec.span(self.phase, step=step, op="blp", predicted_s=round(self.plan.predicted_time_s, 6),
@@ -199,22 +193,13 @@ class GradSync:
                 per_peer = self.blp(buf)
                 sent = sum(per_peer.values())
                 sp["bytes"] = sent
-                sp["wan_bytes"] = sum(b for r, b in per_peer.items() if self.peers[r].dc != self.peers[self.rank].dc)
+                wan_to: dict[str, int] = {}
+                for r, b in per_peer.items():
+                    if self.peers[r].dc != self.peers[self.rank].dc:
+                        wan_to[self.peers[r].dc] = wan_to.get(self.peers[r].dc, 0) + b
+                sp.set(**tdist.wan_fields(wan_to))
             return sent
-        members, leader = self.dcs[self.my_dc], self.dcs[self.my_dc][0]
-        group = self.dc_groups[self.my_dc]
-        total = 0
-        with rec.span("intra_sync", step=step, op="reduce", peer=leader, **extra) as sp:
-            sp["bytes"] = n = self.reduce(buf, leader, members, group)
-            total += n
-        if self.rank == leader and len(self.leaders) > 1:
-            with rec.span("wan_sync", step=step, op="ring_allreduce", peers=len(self.leaders), **extra) as sp:
-                sp["bytes"] = sp["wan_bytes"] = n = ring_allreduce(buf, self.leaders, self.leader_group)
-                total += n
-        with rec.span("intra_sync", step=step, op="broadcast", peer=leader, **extra) as sp:
-            sp["bytes"] = n = star_broadcast(buf, leader, members, group)
-            total += n
-        return total
+        return self.hier(buf, rec, step, **extra)
 
 
 # ----------------------------------------------------------------------------- experts
@@ -276,8 +261,11 @@ def build_experts(ctx: Any, count: int) -> list[ExpertSlot]:
         subs = [wl] + [build_workload(tc.workload.name, tc.workload.params, expert_seed(tc.seed, k))
                        for k in range(1, count)]
         flats = [ctx.flat] + [FlatModel(s.build_model(), ctx.device, extra=1) for s in subs[1:]]
+    from testbed.training.lr import resolve_job
+
+    lr = resolve_job(ctx.job).for_client()  # the scheme's lr rule (testbed.training.lr)
     for k, (sub, flat) in enumerate(zip(subs, flats)):
-        slots.append(ExpertSlot(k, sub, flat, make_optimizer(tc.optimizer, flat.plist)))
+        slots.append(ExpertSlot(k, sub, flat, make_optimizer(tc.optimizer, flat.plist, lr=lr)))
     return slots
 
 
@@ -314,9 +302,9 @@ class ExpertEvaluator(SnapshotEvaluator):
     """Held-out evaluation per expert on a background thread; rows ``expert = k`` in ``metrics.csv``.
 
     ``submit`` snapshots an expert's parameters (a copy) and returns; the
-    thread evaluates the newest pending snapshot of each expert (older ones
-    are dropped), writes ``step,wall_s,loss,acc,expert,updates`` and an
-    ``eval`` span.  ``reached`` is set when every expert meets ``target``.
+    thread evaluates the snapshots in order (none dropped, see
+    :mod:`.evaluator`), writes ``step,wall_s,loss,acc,expert,updates,samples``
+    and an ``eval`` span.  ``reached`` is set when every expert meets ``target``.
     """
 
     def __init__(self, workloads: Sequence[Workload], rec: Recorder, metrics_path: str | Path,
@@ -328,24 +316,27 @@ class ExpertEvaluator(SnapshotEvaluator):
         self.last: dict[int, dict[str, Any]] = {}
         super().__init__(rec, metrics_path, target, "expert-eval")
 
-    def submit(self, expert: int, step: int, updates: int, params: torch.Tensor) -> None:
-        self._put(expert, step, updates, params)
+    def submit(self, expert: int, step: int, updates: int, params: torch.Tensor, wall_s: float | None = None,
+               samples: int | None = None) -> None:
+        self._put(expert, step, updates, params, wall_s, samples)
 
-    def final(self, expert: int, step: int, updates: int, params: torch.Tensor) -> None:
+    def final(self, expert: int, step: int, updates: int, params: torch.Tensor, samples: int | None = None) -> None:
         """Evaluate the expert's final state unless that update count was already evaluated."""
         self.drain()
         last = self.last.get(expert)
         if last is None or last["updates"] != updates:
-            self.submit(expert, step, updates, params)
+            self.submit(expert, step, updates, params, samples=samples)
         self.drain()
 
-    def _evaluate(self, expert: int, step: int, updates: int, wall_s: float, snap: torch.Tensor) -> None:
+    def _evaluate(self, expert: int, step: int, updates: int, wall_s: float, samples: int | None,
+                  snap: torch.Tensor) -> None:
         flat = self.flats[expert]
-        with self.rec.span("eval", step=step, expert=expert, updates=updates) as sp:
+        with self.rec.span("eval", step=step, expert=expert, updates=updates, backlog=len(self._pending),
+                           dropped=self.dropped) as sp:
             flat.load(snap.to(flat.device))
             res = self.workloads[expert].evaluate(flat.model)
             sp.set(loss=res.get("loss"), acc=res.get("acc"))
-        self.writer.write(step, wall_s, res.get("loss"), res.get("acc"), updates, expert=expert)
-        self.last[expert] = {"step": step, "updates": updates, "wall_s": wall_s, **res}
+        self.writer.write(step, wall_s, res.get("loss"), res.get("acc"), updates, expert=expert, samples=samples)
+        self.last[expert] = {"step": step, "updates": updates, "wall_s": wall_s, "samples": samples, **res}
         if len(self.last) == len(self.workloads) and all(meets(self.target, r) for r in self.last.values()):
             self.reached.set()

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from testbed.collect.recorder import Recorder
+from testbed.training.dist import wan_fields
 from testbed.training.wire import recv_msg, send_msg, tune
 
 
@@ -35,7 +36,7 @@ class PSClient:
     def __init__(self, server_addr: str, server_port: int, client: int, rec: Recorder, *,
                  source_addr: str | None = None, connect_timeout_s: float = 60.0, timeout_s: float = 300.0,
                  name: str = "", retries: int = 3, extra: dict[str, Any] | None = None,
-                 wan: bool = False) -> None:
+                 wan_dc: str | None = None) -> None:
         self.addr = (server_addr, server_port)
         self.client = client
         self.rec = rec
@@ -45,7 +46,7 @@ class PSClient:
         self.name = name
         self.retries = retries
         self.extra = extra or {}
-        self.wan = wan  # the server is in another DC: pushed bytes cross the WAN
+        self.wan_dc = wan_dc  # the server's DC when it is another one: pushed bytes cross the WAN to it
         self.sock: socket.socket | None = None
         self._rbuf = bytearray()
 
@@ -116,8 +117,8 @@ class PSClient:
         hdr, view, sent, got, t_sent = self._roundtrip(header, grad.detach().numpy())
         t_end = self.rec.now_ns()
         rec, extra = self.rec, self.extra
-        rec.emit("push", t0, t_sent - t0, step=step, peer=self.name, bytes=sent, wan_bytes=sent if self.wan else 0,
-                 version=version, **extra)
+        wan = wan_fields({self.wan_dc: sent} if self.wan_dc is not None else {})
+        rec.emit("push", t0, t_sent - t0, step=step, peer=self.name, bytes=sent, **wan, version=version, **extra)
         wait = min(int(hdr.get("wait_ns", 0)), t_end - t_sent)
         if wait > 0:
             rec.emit("wait", t_sent, wait, step=step, peer=self.name, what="ssp_bound", **extra)

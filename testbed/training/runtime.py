@@ -8,7 +8,14 @@
 * the slowdown model (a fixed factor and/or random extra delay, slept after
   the real compute, inside the ``compute`` span);
 * :class:`WorkerContext.compute`: one forward/backward on this worker's
-  shard, padded (synthetic) and slowed down, recorded as a ``compute`` span.
+  shard, padded (synthetic), brought up to the emulated accelerator's profiled
+  time (``training.compute``, :mod:`testbed.training.compute`) and slowed
+  down, recorded as a ``compute`` span; :meth:`WorkerContext.finish_compute`
+  is that tail, shared with PGCS's own compute loop.  The first call first
+  meets every process of the trial at the start barrier (:mod:`.start`), so
+  each scheme's own set-up (world, subgroups, first pull) comes before the
+  training clock's zero, and a plug-in scheme gets the barrier without
+  calling it.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import numpy as np
 import torch
 
 from testbed.collect.recorder import Recorder, events_path
+from testbed.training.compute import Accelerator, draw_delay
 from testbed.training.flat import FlatModel
 from testbed.training.jobs import Job
 from testbed.training.workloads import build_workload
@@ -75,18 +83,7 @@ class Slowdown:
         return max(0.0, extra)
 
     def _draw(self, d: Any) -> float:
-        r = self.rng
-        if d.dist == "constant":
-            return d.value_s
-        if d.dist == "uniform":
-            return float(r.uniform(d.low_s, d.high_s))
-        if d.dist == "exponential":
-            return float(r.exponential(d.mean_s))
-        if d.dist == "normal":
-            return max(0.0, float(r.normal(d.mean_s, d.std_s)))
-        if d.dist == "lognormal":
-            return float(d.median_s * np.exp(r.normal(0.0, d.sigma)))
-        raise ValueError(d.dist)
+        return draw_delay(d, self.rng)
 
 
 class WorkerContext:
@@ -98,11 +95,31 @@ class WorkerContext:
         self.rec = make_recorder(job)
         tc = job.training
         self.workload = build_workload(tc.workload.name, tc.workload.params, tc.seed)
-        self.flat = FlatModel(self.workload.build_model(), self.device, extra=max(grad_extra, param_extra))
+        model = self.workload.build_model()
+        # emulated accelerator; with pad_gradient, zero slots after the control slots make every
+        # gradient message (grads_out) exactly the profiled model's gradient bytes
+        self.accel = Accelerator(job.compute, tc.seed * 7919 + job.rank)
+        self.pad = self.accel.pad_floats(sum(p.numel() for p in model.parameters()), control=grad_extra)
+        self.flat = FlatModel(model, self.device, extra=max(grad_extra, param_extra) + self.pad)
         self.slowdown = Slowdown(job.slowdown_factor, job.slowdown_delays, tc.seed * 7919 + job.rank)
         self.deadline_s = tc.stop.wall_s
         self.max_steps = tc.stop.steps
         self.last_loss: float | None = None
+        self.started = False
+
+    # -- the training clock ---------------------------------------------------------
+    def start(self) -> None:
+        """Meet every process of the trial at the start barrier (once); the training clock starts there."""
+        if self.started:
+            return
+        from testbed.training.start import meet, store_for
+
+        meet(self.job, store_for(self.job), self.rec)
+        self.started = True
+
+    def train_s(self) -> float:
+        """Seconds since the start barrier released (the clock of metrics and of ``stop.wall_s``)."""
+        return self.rec.train_s()
 
     # -- stop rules -------------------------------------------------------------
     def steps_done(self, step: int) -> bool:
@@ -110,7 +127,7 @@ class WorkerContext:
         return self.max_steps is not None and step >= self.max_steps
 
     def wall_exceeded(self) -> bool:
-        return self.deadline_s is not None and self.rec.wall_s() >= self.deadline_s
+        return self.deadline_s is not None and self.rec.train_s() >= self.deadline_s
 
     def is_last(self, step: int) -> bool:
         """Whether the step about to finish is this worker's last by its own rules."""
@@ -120,6 +137,7 @@ class WorkerContext:
     def compute(self, step: int, shard: int, num_shards: int, **extra: Any) -> float:
         """Gradient of this shard's batch at ``step`` into ``flat.grads``; returns the batch loss."""
         wl, flat = self.workload, self.flat
+        self.start()
         self._maybe_fail(step)
         with self.rec.span("compute", step=step, **extra) as sp:
             t = time.perf_counter()
@@ -128,13 +146,22 @@ class WorkerContext:
             value = wl.backward(flat.model, batch)
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
-            wl.pad_compute(time.perf_counter() - t)
-            extra_s = self.slowdown.extra_s(time.perf_counter() - t)
-            if extra_s > 0:
-                time.sleep(extra_s)
-            sp.set(loss=round(value, 6), slowdown_s=round(extra_s, 6))
+            sp.set(loss=round(value, 6), **self.finish_compute(wl, t))
         self.last_loss = value
         return value
+
+    def finish_compute(self, wl: Any, t0: float, ahead_s: float = 0.0) -> dict[str, Any]:
+        """The tail of every compute span, after the real forward/backward that began at
+        ``perf_counter() == t0`` (``ahead_s``: compute still to come, counted as spent): the
+        synthetic workload's pad, the emulated accelerator's sleep up to its profiled time,
+        then the slowdown model on top.  Returns the span fields that say what was done."""
+        real_s = time.perf_counter() - t0 + ahead_s
+        wl.pad_compute(real_s)
+        fields = self.accel.finish(real_s, time.perf_counter() - t0 + ahead_s)
+        extra_s = self.slowdown.extra_s(time.perf_counter() - t0 + ahead_s)
+        if extra_s > 0:
+            time.sleep(extra_s)
+        return {"slowdown_s": round(extra_s, 6), **fields}
 
     def _maybe_fail(self, step: int) -> None:
         f = self.job.training.fault
@@ -157,8 +184,8 @@ class WorkerContext:
 
     # -- CPU views for communication (zero-copy on CPU, staged copies on CUDA) ---------
     def grads_out(self) -> torch.Tensor:
-        """Gradients plus one control slot as a CPU tensor that gloo/TCP can send."""
-        n = self.flat.n + 1
+        """Gradients plus one control slot (plus ``pad`` zeros) as a CPU tensor that gloo/TCP can send."""
+        n = self.flat.n + 1 + self.pad
         if self.device.type == "cpu":
             return self.flat.grad_buf[:n]
         if not hasattr(self, "_cgrad"):
@@ -171,8 +198,8 @@ class WorkerContext:
             self.flat.grad_buf[: t.numel()].copy_(t)
 
     def params_out(self) -> torch.Tensor:
-        """Parameters plus two control slots (version, stop) as a CPU tensor."""
-        n = self.flat.n + 2
+        """Parameters plus two control slots (version, stop) (plus ``pad`` zeros) as a CPU tensor."""
+        n = self.flat.n + 2 + self.pad
         if self.device.type == "cpu":
             return self.flat.buf[:n]
         if not hasattr(self, "_cparam"):

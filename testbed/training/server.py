@@ -20,8 +20,9 @@ of the slowest.  ``s = 0`` is BSP's barrier.  ASP and Gsyn never hold.
 Transport: framed TCP (see ``wire`` for why), one thread per client
 connection; the model update is serialised by one lock.  The server binds
 its job's address so traffic crosses the emulated interface.  It
-evaluates snapshots every ``eval_every`` updates in a background thread
-(``metrics.csv``), stops clients when the wall-clock limit or the target
+evaluates snapshots on the trial's cadence (``evaluator.EvalCadence``: samples
+processed, an update being one worker's batch for asp/ssp and a group's for
+gsyn, or every ``eval_every`` updates) in a background thread (``metrics.csv``), stops clients when the wall-clock limit or the target
 is reached, and exits 0 once every client has said goodbye (1 if a client
 vanished without it).
 """
@@ -39,7 +40,8 @@ from typing import Any
 import torch
 
 from testbed.collect.recorder import Recorder
-from testbed.training.evaluator import Evaluator
+from testbed.training.dist import wan_fields
+from testbed.training.evaluator import EvalCadence, Evaluator
 from testbed.training.flat import FlatModel, make_optimizer
 from testbed.training.jobs import Job
 from testbed.training.wire import recv_msg, send_msg, tune
@@ -65,6 +67,17 @@ class ParameterServer:
             self.client_name = {r: job.peers[r].host for r in self.clients}
             self.client_dc = {r: job.peers[r].dc for r in self.clients}
         self.dc = job.dc
+        self.cadence = EvalCadence(tc)
+        # training.compute.pad_gradient: pushes arrive as the worker's whole gradient buffer (n values,
+        # a control slot, zeros up to the profiled model's size) and pulls go out padded the same way
+        from testbed.training.compute import Accelerator
+
+        self.msg_pad = Accelerator(job.compute, 0).pad_floats(self.flat.n, control=1)
+        from testbed.training.lr import resolve_job
+
+        # the lr rule and the evaluation cadence count the same thing: the samples one update averages
+        self.lr_res = resolve_job(job)
+        self.samples = 0  # training samples in the applied updates (a group's batches for gsyn)
         self.staleness_bound: int | None = tc.scheme.params.staleness if tc.scheme.name == "ssp" else None
         self.version = 0
         self.clock = dict.fromkeys(self.clients, 0)
@@ -77,8 +90,9 @@ class ParameterServer:
         self.evaluator = None
         if evaluate:
             self.evaluator = Evaluator(self.workload, rec, Path(job.out_dir) / "metrics.csv", tc.stop.target, device)
-            self.evaluator.submit(0, 0, self.flat.params)
+            self.evaluator.submit(0, 0, self.flat.params, wall_s=0.0, samples=0)
         self.sock: socket.socket | None = None
+        self.started = threading.Event()
 
     # -- state changes (under self.cv) ------------------------------------------
     def _apply(self, client: int, hdr: dict[str, Any], payload: memoryview) -> dict[str, Any]:
@@ -91,10 +105,14 @@ class ParameterServer:
                               version=base, dup=True, bytes_recv=payload.nbytes)
                 return {"dup": True, "staleness": None, "applied": None}
             grad = torch.frombuffer(payload, dtype=torch.float32)
-            if grad.numel() != self.flat.n:
+            if grad.numel() not in (self.flat.n, self.flat.n + 1 + self.msg_pad):
                 raise ValueError(f"client {client} pushed {grad.numel()} values, model has {self.flat.n}")
+            grad = grad[: self.flat.n]
             staleness = self.version - base
             self.flat.grads.copy_(grad)
+            lr = self._update_lr(client, staleness)
+            for pg in self.opt.param_groups:
+                pg["lr"] = lr
             self.opt.step()
             self.version += 1
             self.applied += 1
@@ -103,20 +121,30 @@ class ParameterServer:
             if hdr.get("last"):
                 self.done.add(client)
             version = self.version
-            if self.evaluator is not None and version % self.tc.eval_every == 0:
-                self.evaluator.submit(version, version, self.flat.params)
+            self.samples += self.lr_res.batch_for(client if isinstance(self.lr_res.effective_batch, list) else None)
+            if self.evaluator is not None and self.cadence.due(version, self.samples):
+                self.evaluator.submit(version, version, self.flat.params, samples=self.samples)
             self._check_stop()
             self.cv.notify_all()
         extra = {"group": client} if self.tc.scheme.name == "gsyn" else {}
         self.rec.emit("apply", t0, self.rec.now_ns() - t0, step=step, peer=name, client=client, version=base,
-                      applied_version=version, staleness=staleness, bytes_recv=payload.nbytes, **extra)
+                      applied_version=version, staleness=staleness, bytes_recv=payload.nbytes, lr=lr, **extra)
         return {"dup": False, "staleness": staleness, "applied": version}
+
+    def _update_lr(self, client: int, staleness: int) -> float:
+        """This update's lr: the scheme's rule for ``client`` (Gsyn: its group's size), divided by
+        ``max(1, staleness)`` when ``staleness_aware`` (``testbed.training.lr``)."""
+        from testbed.training.lr import staleness_lr
+
+        res = self.lr_res
+        lr = res.for_client(client if isinstance(res.lr, list) else None)
+        return staleness_lr(lr, staleness) if res.staleness_aware else lr
 
     def _check_stop(self) -> None:
         if self.stop:
             return
         wall = self.tc.stop.wall_s
-        if (wall is not None and self.rec.wall_s() >= wall) or (
+        if (wall is not None and self.started.is_set() and self.rec.train_s() >= wall) or (
             self.evaluator is not None and self.evaluator.reached.is_set()
         ):
             self.stop = True
@@ -152,12 +180,15 @@ class ParameterServer:
     # -- connections ------------------------------------------------------------
     def _send_model(self, conn: socket.socket, step: int | None, client: int, extra: dict[str, Any]) -> None:
         version, stop, params = self._snapshot()
+        if self.msg_pad:  # the profiled model's size on the wire (training.compute.pad_gradient)
+            params = torch.cat([params, torch.zeros(1 + self.msg_pad, dtype=params.dtype)])
         t0 = self.rec.now_ns()
         sent = send_msg(conn, {"op": "model", "version": version, "stop": stop, **extra}, params.numpy())
         more = {"min_clock": extra["min_clock"]} if extra.get("min_clock") is not None else {}
-        wan = sent if self.client_dc.get(client) not in (None, self.dc) else 0
+        dc = self.client_dc.get(client)
+        wan = wan_fields({dc: sent} if dc not in (None, self.dc) else {})
         self.rec.emit("pull", t0, self.rec.now_ns() - t0, step=step, peer=self.client_name.get(client),
-                      client=client, bytes=sent, wan_bytes=wan, version=version, **more)
+                      client=client, bytes=sent, **wan, version=version, **more)
 
     def _serve(self, conn: socket.socket) -> None:
         client: int | None = None
@@ -198,16 +229,30 @@ class ParameterServer:
         finally:
             conn.close()
 
-    def serve(self, ready: threading.Event | None = None, bye_grace_s: float = 5.0) -> int:
-        """Accept clients until all said goodbye; returns the exit status."""
+    def serve(self, ready: threading.Event | None = None, bye_grace_s: float = 5.0,
+              barrier: Any | None = None) -> int:
+        """Accept clients until all said goodbye; returns the exit status.
+
+        ``barrier`` (the trial's start barrier, a callable) runs on its own
+        thread once the server listens: the workers pull their first model
+        (``hello``) before they arrive there, so the accept loop must already
+        run.  Without one (in-process tests) the training clock is t0.
+        """
         self.sock = socket.create_server((self.job.address, self.job.server_port or 0), backlog=64, reuse_port=False)
         self.sock.settimeout(0.2)
         if ready is not None:
             ready.set()
+        self.error: BaseException | None = None
+        if barrier is None:
+            self.started.set()
+        else:
+            threading.Thread(target=self._meet, args=(barrier,), name="start-barrier", daemon=True).start()
         threads: list[threading.Thread] = []
         lost_since: float | None = None
         try:
             while True:
+                if self.error is not None:
+                    raise self.error
                 with self.cv:
                     self._check_stop()
                     finished = self.done | self.lost
@@ -235,9 +280,16 @@ class ParameterServer:
             t.join(timeout=2)
         return 1 if self.lost else 0
 
+    def _meet(self, barrier: Any) -> None:
+        try:
+            barrier()
+            self.started.set()
+        except BaseException as exc:  # noqa: BLE001 - handed to the serving loop, which re-raises it
+            self.error = exc
+
     def finish(self) -> None:
         if self.evaluator is not None:
-            self.evaluator.final(self.version, self.version, self.flat.params)
+            self.evaluator.final(self.version, self.version, self.flat.params, samples=self.samples)
             self.evaluator.close()
         if self.tc.save_model:
             from testbed.training.runtime import save_model
@@ -252,12 +304,14 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m testbed.training.server JOB.json", file=sys.stderr)
         return 2
+    from testbed.training.start import meet, store_for
+
     job = Job.read(argv[0])
     device = setup_process(job)
     rec = make_recorder(job)
     try:
         server = ParameterServer(job, rec, device)
-        rc = server.serve()
+        rc = server.serve(barrier=lambda: meet(job, store_for(job), rec))
         server.finish()
         with rec.span("wait", what="server_exit", applied=server.applied, version=server.version):
             pass

@@ -107,3 +107,145 @@ def test_report_survives_random_damage(tmp_path: Path) -> None:
         rep = report(d, Options(traces=True))
         assert rep.errors == [], rep.errors
         assert rep.summary is not None and rep.summary.exists()
+
+
+def test_report_compares_per_workload(tmp_path: Path) -> None:
+    """Two workloads in one run: a target, a time-to-target, a table and a panel each, never pooled."""
+    import json
+
+    import pandas as pd
+
+    from tests.analysis.fakes import write_trial
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"schemes": ["bsp-ring", "asp", "pgcs"]}))
+    for scheme, wl, tgt in (("bsp-ring", "digits", 0.9), ("asp", "digits", 0.9), ("pgcs", "experts", 1.5)):
+        for r in range(2):
+            write_trial(run / "trials" / f"{scheme}-r{r}", scheme, r, manifest={
+                "training": {"workload": {"name": wl}}, "target": {"loss": tgt},
+                "lr": {"rule": "linear", "lr": 0.6 if scheme == "bsp-ring" else 0.1},
+                "lr_provenance": {"source": "searched" if scheme == "asp" else "given"}})
+    rep = report(run, Options(traces=False))
+    assert rep.errors == [], rep.errors
+    text = (run / "summary.md").read_text()
+    assert "Comparisons are per workload" in text
+    assert "### Workload digits" in text and "### Workload experts" in text
+    assert "held-out loss <= 0.9 (manifest)" in text and "held-out loss <= 1.5 (manifest)" in text
+    assert "| run/bsp-ring-r0 | - | 0.6 (linear, given) |" in text and \
+        "| run/asp-r1 | - | 0.1 (linear, searched) |" in text
+    digits = text.split("### Workload digits")[1].split("### Workload experts")[0]
+    assert "bsp-ring" in digits and "asp" in digits and "pgcs" not in digits
+    trials = pd.read_csv(run / "tables" / "trials.csv")
+    assert set(trials["workload"]) == {"digits", "experts"}
+    summary = pd.read_csv(run / "tables" / "summary.csv")
+    assert list(summary[["workload", "scheme"]].itertuples(index=False, name=None)) == [
+        ("digits", "asp"), ("digits", "bsp-ring"), ("experts", "pgcs")]
+    # each trial's time to target against its own workload's target
+    metrics = pd.read_csv(run / "tables" / "metrics.csv")
+    for _, tr in trials.iterrows():
+        m = metrics[(metrics["trial"] == tr["trial"])].sort_values("wall_s")
+        tgt = 0.9 if tr["workload"] == "digits" else 1.5
+        hit = m[m["loss"] <= tgt]
+        expect = float(hit["wall_s"].iloc[0]) if len(hit) else float("nan")
+        assert (pd.isna(expect) and pd.isna(tr["time_to_target_s"])) or tr["time_to_target_s"] == expect
+    assert (run / "figures" / "convergence_loss.pdf").exists()
+
+
+def test_figures_say_when_compute_was_emulated(tmp_path: Path) -> None:
+    """A figure from an emulated accelerator carries that under it; the layout stays clean."""
+    import json
+
+    from testbed.analysis import style
+    from tests.analysis.fakes import write_trial
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"schemes": ["bsp-ring", "asp"]}))
+    for scheme in ("bsp-ring", "asp"):
+        write_trial(run / "trials" / f"{scheme}-r0", scheme, 0, manifest={
+            "compute": {"mode": "emulated", "label": "emulated A100 80GB ResNet-50 v1.5 profile"}})
+    style.LAYOUT_LOG = []
+    try:
+        rep = report(run, Options(traces=False))
+        problems = list(style.LAYOUT_LOG)
+    finally:
+        style.LAYOUT_LOG = None
+    assert rep.errors == [], rep.errors
+    assert not [p for p in problems if p.startswith(("convergence", "breakdown"))], problems
+    assert "Compute: emulated A100 80GB ResNet-50 v1.5 profile." in (run / "summary.md").read_text()
+
+
+def test_compute_note_is_drawn_under_the_figure(tmp_path: Path) -> None:
+    from testbed.analysis import figures
+
+    captured = []
+    orig = figures.style.save_figure
+
+    def grab(fig, out_dir, name):  # noqa: ANN001, ANN202
+        captured.append([t.get_text() for t in fig.texts] + [fig._supxlabel.get_text() if fig._supxlabel else ""])
+        return orig(fig, out_dir, name)
+
+    from testbed.analysis import tables
+    from tests.analysis.fakes import write_trial
+
+    write_trial(tmp_path / "t" / "bsp-ring-r0", "bsp-ring", 0)
+    t = tables.load(tmp_path / "t" / "bsp-ring-r0")
+    figures.style.save_figure = grab
+    try:
+        figures.convergence(t.metrics, tmp_path / "f", "loss", note="emulated X profile")
+        figures.breakdown(tables.step_breakdown(t.spans), tmp_path / "f")
+    finally:
+        figures.style.save_figure = orig
+    assert "compute: emulated X profile" in captured[0]
+    assert not any("compute:" in x for x in captured[1])
+
+
+def test_unfaithful_trials_are_marked_in_summary_and_figures(tmp_path: Path) -> None:
+    """A trial whose self-test failed (or whose CPU saturated) is kept, and said to be unfaithful
+    in the summary (a section naming why, a per-trial column) and under the aggregate figures."""
+    import json
+
+    from testbed.analysis import figures
+    from tests.analysis.fakes import write_trial
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"schemes": ["bsp-ring", "asp"]}))
+    write_trial(run / "trials" / "bsp-ring-r0", "bsp-ring", 0, manifest={"faithful": True,
+                                                                        "unfaithful_reasons": []})
+    why = "self-test: east->west: rate 61.2 Mbit/s, spec 100.0 Mbit/s"
+    write_trial(run / "trials" / "asp-r0", "asp", 0, manifest={"faithful": False, "unfaithful_reasons": [why]})
+    captured: list[str] = []
+    orig = figures.style.save_figure
+
+    def grab(fig, out_dir, name):  # noqa: ANN001, ANN202
+        captured.append(f"{name}: {fig._supxlabel.get_text() if fig._supxlabel else ''}")
+        return orig(fig, out_dir, name)
+
+    figures.style.save_figure = grab
+    try:
+        rep = report(run, Options(traces=False))
+    finally:
+        figures.style.save_figure = orig
+    assert rep.errors == [], rep.errors
+    summary = (run / "summary.md").read_text()
+    assert "**UNFAITHFUL trials: 1 of 2.**" in summary
+    assert f"- run/asp-r0: {why}" in summary
+    assert "| run/asp-r0 | **NO** |" in summary and "| run/bsp-ring-r0 | yes |" in summary
+    marked = [c for c in captured if "UNFAITHFUL: 1 of 2 trials" in c and "asp-r0" in c]
+    assert {c.split(":")[0] for c in marked} >= {"convergence_loss", "breakdown"}, captured
+
+
+def test_trials_without_a_verdict_are_not_called_unfaithful(tmp_path: Path) -> None:
+    import json
+
+    from tests.analysis.fakes import write_trial
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"schemes": ["asp"]}))
+    write_trial(run / "trials" / "asp-r0", "asp", 0)  # records from before the self-test existed
+    report(run, Options(traces=False))
+    summary = (run / "summary.md").read_text()
+    assert "UNFAITHFUL" not in summary and "| run/asp-r0 | - |" in summary

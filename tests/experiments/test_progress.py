@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 
 import pytest
@@ -36,6 +37,19 @@ def test_plain_lines_are_rate_limited() -> None:
     for k in range(200):
         p.update(step=k)
     assert len(buf.getvalue().splitlines()) == 1  # the first status, then quiet for an hour
+
+
+def test_the_first_status_prints_on_a_freshly_booted_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """time.monotonic() counts from boot: 5 s after boot the first line must still come (it did not,
+    once, on a CI machine up for less than the test's interval)."""
+    from testbed.experiments import progress as mod
+
+    monkeypatch.setattr(mod.time, "monotonic", lambda: 5.0)
+    buf = io.StringIO()
+    p = Progress(1, stream=buf, interval_s=3600)
+    p.start_trial("asp r0", 50)
+    p.update(step=1)
+    assert len(buf.getvalue().splitlines()) == 1
 
 
 def test_fraction_and_eta_count_steps_of_the_running_trial() -> None:
@@ -101,3 +115,53 @@ def test_ctrl_c_never_cuts_a_trials_teardown() -> None:
         assert done == ["teardown finished"]
     finally:
         signal.signal(signal.SIGINT, old)
+
+
+def test_a_second_ctrl_c_after_the_trial_is_only_noted(tmp_path, monkeypatch, capsys) -> None:
+    """Inside a trial a second Ctrl-C aborts it (KeyboardInterrupt, which run_trial turns into
+    "interrupted"); once the trial has returned the run is already ending, and a second press
+    must not raise from wherever it lands (once in CI: an asyncio loop's ``__del__``, printed as
+    a traceback by a run that otherwise stopped cleanly)."""
+    import os
+    import signal
+
+    from testbed.experiments import runner
+    from testbed.experiments.runner import run_experiment
+    from testbed.experiments.spec import parse_experiment
+    from testbed.experiments.trial import TrialResult
+
+    spec = parse_experiment({"name": "t", "topology": "two_dc", "training": {"workload": {"name": "digits"},
+                             "stop": {"steps": 5}}, "schemes": ["bsp", "asp"],
+                             "collectors": {"links": False, "procs": False, "trace": False}})
+    seen: dict[str, object] = {}
+
+    def trial(spec, scheme, rep, trial_dir, progress=None, log=None, stop_flag=None):
+        trial_dir.mkdir(parents=True)
+        os.kill(os.getpid(), signal.SIGINT)  # the first press: stop after this trial
+        seen["flag"] = stop_flag()
+        with pytest.raises(KeyboardInterrupt):  # a second one inside the trial aborts it
+            os.kill(os.getpid(), signal.SIGINT)
+        return TrialResult(scheme.label, rep, trial_dir, "interrupted", "Ctrl-C")
+
+    finish = runner.Progress.finish_trial
+
+    def finish_then_press(self, *a, **k):  # after the trial returned: a third press
+        finish(self, *a, **k)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    reported: list[str] = []
+
+    def report_with_a_press(run_dir, log=print):  # and a fourth while the report is made
+        os.kill(os.getpid(), signal.SIGINT)
+        reported.append("report finished")
+
+    monkeypatch.setattr(runner.Progress, "finish_trial", finish_then_press)
+    monkeypatch.setattr(runner, "make_report", report_with_a_press)
+    old = signal.getsignal(signal.SIGINT)
+    res = run_experiment(spec, run_dir=tmp_path / "run", report=True, trial_fn=trial)
+    assert reported == ["report finished"]
+    assert seen["flag"] is True
+    assert res.interrupted and [t.label for t in res.trials] == ["bsp"]  # asp never started
+    assert "already stopping" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGINT) is old
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["interrupted"] is True

@@ -62,6 +62,12 @@ def test_runs_record_everything_and_bytes_cross_the_wan(tmp_path: Path) -> None:
         assert all(p["returncode"] == 0 for p in m["processes"])
         assert m["tc_state"], "tc state read back after apply"
         assert m["network"]["impairment"]["backend"] in ("netem", "userspace", "none")
+        # the self-test ran before training and the CPU was watched during it; the verdict is recorded
+        st = m["selftest"]
+        assert st["error"] is None and {c["kind"] for c in st["checks"]} == {"link_rtt", "link_rate"}
+        assert all(c["status"] in ("pass", "skipped", "info") for c in st["checks"]), st["checks"]
+        assert m["cpu_saturation"]["machine"]["samples"] >= 2
+        assert isinstance(m["faithful"], bool) and m["faithful"] == (m["unfaithful_reasons"] == [])
         assert (t.dir / "metrics.csv").stat().st_size > 0
         # the merged trace obeys the Chrome trace rules
         trace_path = next(t.dir.glob("trace.json*"))

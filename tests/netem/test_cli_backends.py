@@ -11,13 +11,15 @@ The network (three DCs, LAN delay in ``a`` only)::
     a (2 hosts, LAN 20 ms) --(50 Mbit/s, 20 ms each way)-- b (1 host)   link a-b
     a --(rate only, 100 Mbit/s)-- c (1 host)                             link a-c
 
-Tolerances: minimum RTT of 20 pings within ``verify.rtt_ok`` (1 ms + 5 %), the
-bar of the kernel-lab issue.  The LAN delay is 20 ms, not 1 ms, because the
-lab's emulated CPU adds a constant of its own to every path, which only the
-bar's 5 % can absorb: measured there, idle, a path with no delay at all (host
--> its router) had a 0.68 ms minimum RTT; with 1 ms of LAN delay host -> host
-in ``a`` read 3.08 ms for 2 ms; with 10 ms, 21.5-22.2 ms for 20 ms and 63.5 ms
-for 60 ms (10 pings).  Doubled LAN delay (the defect) would show as 80 ms for 40 ms.
+Tolerances: minimum RTT of 20 pings within the kernel-lab issue's bar (1 ms +
+5 %, ``tests/netem/bars.py``; inside the lab the upper bound has the emulated
+CPU's slack on top, measured there).  The LAN delay is 20 ms, not 1 ms, so the
+constant the lab's emulated CPU adds to every hop stays small beside it:
+measured there, idle, a path with no delay at all (host -> its router) had a
+0.68 ms minimum RTT; with 1 ms of LAN delay host -> host in ``a`` read 3.08 ms
+for 2 ms; with 10 ms, 21.5-22.2 ms for 20 ms and 63.5 ms for 60 ms (10 pings);
+in CI, c-h1 -> a-h1 read 43.10 ms for 40 ms.  Doubled LAN delay (the defect)
+would show as 80 ms for 40 ms.
 """
 
 from __future__ import annotations
@@ -35,12 +37,16 @@ import pytest
 import yaml
 
 from testbed.network import cleanup
-from testbed.network.verify import rtt_ok
 from tests.conftest import run_cli
+from tests.netem.bars import IN_LAB, rtt_within_bar
 
 pytestmark = [pytest.mark.netem, pytest.mark.root]
 
-IN_LAB = os.environ.get("GEO_TESTBED_IN_LAB") == "1"
+
+#: Bound on one CLI command (a hang bound, not a timing claim).  Inside the lab every command
+#: starts a Python process under QEMU TCG: `net set` takes 1.7 s natively and once ran past 60 s
+#: there on a loaded CI machine (the first bound), failing a test whose links were fine.
+CLI_TIMEOUT_S = 300 if IN_LAB else 120
 
 LAN = 0.020  # one-way LAN delay in a
 TOPO = {
@@ -77,13 +83,13 @@ def _net_up(backend: str, tmp_path) -> Iterator[str]:
     assert not cleanup.owned_netns(), "a testbed network is already up"
     path = tmp_path / "topo.yaml"
     path.write_text(yaml.safe_dump(TOPO))
-    r = run_cli("net", "up", str(path), "--impairment", backend, "--seed", "7", timeout=300)
+    r = run_cli("net", "up", str(path), "--impairment", backend, "--seed", "7", timeout=2 * CLI_TIMEOUT_S + 60)
     try:
         assert r.returncode == 0, r.stdout + r.stderr
         assert f"impairment: {backend}" in r.stderr
         yield backend
     finally:
-        d = run_cli("net", "down", timeout=120)
+        d = run_cli("net", "down", timeout=CLI_TIMEOUT_S)
         assert d.returncode == 0, d.stderr
         assert cleanup.leftovers() == {}
 
@@ -111,7 +117,7 @@ def ping(node: str, ip: str, count: int = 20, interval: float = 0.05) -> dict:
 
 
 def show() -> tuple[int, dict]:
-    r = run_cli("net", "show", "--json", timeout=120)
+    r = run_cli("net", "show", "--json", timeout=CLI_TIMEOUT_S)
     return r.returncode, json.loads(r.stdout)
 
 
@@ -131,7 +137,7 @@ def test_delays_stay_after_net_up_returns(up):
         p = ping(src, ip)
         print(f"MEASURED [{up}] {src} -> {ip}: {_msg(p, expected)}")
         assert p["received"] >= 16, _msg(p, expected)
-        assert rtt_ok(p["min"], expected), f"{src} -> {ip}: {_msg(p, expected)}"
+        assert rtt_within_bar(p["min"], expected), f"{src} -> {ip}: {_msg(p, expected)}"
     rc, d = show()
     assert rc == 0, d
     assert d["state"]["impairment"]["backend"] == up and not d["state"]["impairment"]["skipped"]
@@ -167,10 +173,10 @@ def test_killed_impairment_fails_its_link_closed_and_net_show_says_so(up_userspa
     assert rc == 1
     dead = d["links"]["a->b"]["userspace"]
     assert not dead["alive"] and dead["fail_closed"]
-    text = run_cli("net", "show", timeout=60)
+    text = run_cli("net", "show", timeout=CLI_TIMEOUT_S)
     assert text.returncode == 1 and "DEAD: link fails closed" in text.stdout
     assert ping("a-h1", A2, count=3)["received"] == 3  # the rest of the network is untouched
-    r = run_cli("net", "set", "a", "b", "--one-way", "--delay", "25ms", timeout=60)
+    r = run_cli("net", "set", "a", "b", "--one-way", "--delay", "25ms", timeout=CLI_TIMEOUT_S)
     assert r.returncode == 1 and "a-r:w-b" in r.stderr  # a dead daemon cannot take a change: said, not ignored
 
 
@@ -178,7 +184,7 @@ def test_killed_impairment_fails_its_link_closed_and_net_show_says_so(up_userspa
 def test_rate_only_link_takes_delay_and_loss_and_drops_them_again_in_place(up, tmp_path):
     """net set from another process: a link without impairments gets delay, then loss, then none."""
     base = ping("a-h1", C1)
-    assert rtt_ok(base["min"], 2 * LAN), _msg(base, 2 * LAN)
+    assert rtt_within_bar(base["min"], 2 * LAN), _msg(base, 2 * LAN)
     # a ping stream across every change: in place means no gap (nothing lost while loss is 0)
     # (it runs until interrupted: each `net set` takes seconds under the lab's emulated CPU; its output
     # goes to a file, since a pipe nobody reads fills up and stalls ping)
@@ -189,11 +195,11 @@ def test_rate_only_link_takes_delay_and_loss_and_drops_them_again_in_place(up, t
                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         time.sleep(1.0)
-        r = run_cli("net", "set", "a", "c", "--delay", "15ms", timeout=120)
+        r = run_cli("net", "set", "a", "c", "--delay", "15ms", timeout=CLI_TIMEOUT_S)
         assert r.returncode == 0, r.stderr
         assert "a->c: 100Mbit, delay 15ms" in r.stdout and "c->a: 100Mbit, delay 15ms" in r.stdout
         time.sleep(2.0)
-        r = run_cli("net", "set", "a", "c", "--delay", "0", timeout=120)
+        r = run_cli("net", "set", "a", "c", "--delay", "0", timeout=CLI_TIMEOUT_S)
         assert r.returncode == 0, r.stderr
         time.sleep(1.0)
         stream.send_signal(signal.SIGINT)  # ping prints its summary and exits
@@ -209,11 +215,11 @@ def test_rate_only_link_takes_delay_and_loss_and_drops_them_again_in_place(up, t
     assert max(rtts) >= 2 * LAN + 0.030 - 0.001, "the 15 ms each way never showed"
     assert min(rtts[-20:]) < 2 * LAN + 0.015, "the delay never went away again"
     p = ping("a-h1", C1)
-    assert rtt_ok(p["min"], 2 * LAN), "delay removed: " + _msg(p, 2 * LAN)
-    r = run_cli("net", "set", "a", "c", "--loss", "100%", "--one-way", timeout=60)
+    assert rtt_within_bar(p["min"], 2 * LAN), "delay removed: " + _msg(p, 2 * LAN)
+    r = run_cli("net", "set", "a", "c", "--loss", "100%", "--one-way", timeout=CLI_TIMEOUT_S)
     assert r.returncode == 0, r.stderr
     assert ping("a-h1", C1, count=5)["received"] == 0
-    r = run_cli("net", "set", "a", "c", "--loss", "0%", "--rate", "20Mbit", timeout=60)
+    r = run_cli("net", "set", "a", "c", "--loss", "0%", "--rate", "20Mbit", timeout=CLI_TIMEOUT_S)
     assert r.returncode == 0, r.stderr
     assert ping("a-h1", C1, count=5)["received"] == 5
     _, d = show()
@@ -223,26 +229,26 @@ def test_rate_only_link_takes_delay_and_loss_and_drops_them_again_in_place(up, t
 
 def test_down_and_up_from_another_process(up):
     assert ping("a-h1", B1, count=3)["received"] == 3
-    r = run_cli("net", "set", "a", "b", "--down", timeout=60)
+    r = run_cli("net", "set", "a", "b", "--down", timeout=CLI_TIMEOUT_S)
     assert r.returncode == 0, r.stderr
     assert "DOWN" in r.stdout
     assert ping("a-h1", B1, count=3)["received"] == 0
-    r = run_cli("net", "set", "a", "b", "--up", timeout=60)
+    r = run_cli("net", "set", "a", "b", "--up", timeout=CLI_TIMEOUT_S)
     assert r.returncode == 0, r.stderr
     p = ping("a-h1", B1, count=20)
-    assert p["received"] >= 16 and rtt_ok(p["min"], 2 * LAN + 0.040), _msg(p, 2 * LAN + 0.040)
+    assert p["received"] >= 16 and rtt_within_bar(p["min"], 2 * LAN + 0.040), _msg(p, 2 * LAN + 0.040)
 
 
 def test_exec_runs_in_the_node_and_returns_its_status(up):
     r = subprocess.run([*_cli(), "net", "exec", "b-h1", "--", "sh", "-c", "ip -o -4 addr show eth0; exit 3"],
-                       capture_output=True, text=True, timeout=60, env=_env())
+                       capture_output=True, text=True, timeout=CLI_TIMEOUT_S, env=_env())
     assert r.returncode == 3
     assert B1 in r.stdout
     r = subprocess.run([*_cli(), "net", "exec", "b-h1", "--", "cat"], input="through stdin\n",
-                       capture_output=True, text=True, timeout=60, env=_env())
+                       capture_output=True, text=True, timeout=CLI_TIMEOUT_S, env=_env())
     assert r.returncode == 0 and r.stdout == "through stdin\n"
     r = subprocess.run([*_cli(), "net", "exec", "nosuch", "--", "true"], capture_output=True, text=True,
-                       timeout=60, env=_env())
+                       timeout=CLI_TIMEOUT_S, env=_env())
     assert r.returncode == 2 and "a-h1" in r.stderr
 
 

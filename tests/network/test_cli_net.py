@@ -92,6 +92,22 @@ def test_doctor_json():
     assert not [n for n in cleanup.owned_netns() if n.startswith("tb-probe")]
 
 
+def test_verify_quick_is_the_trials_self_test():
+    """`net verify --quick` from the command line: the per-trial self-test, rates checked, in seconds."""
+    require_root_tools("ping")
+    assert not cleanup.owned_netns(), "a testbed network is already up"
+    r = run_cli("net", "verify", "two_dc", "--quick", "--impairment", "none", "--allow-missing-netem", "--json",
+                timeout=300)
+    assert cleanup.leftovers() == {}
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = json.loads(r.stdout)
+    rates = [c for c in d["checks"] if c["kind"] == "link_rate"]
+    assert {c["subject"] for c in rates} == {"east->west", "west->east"}
+    assert all(c["status"] == "pass" and 0.97 <= c["extra"]["ratio"] <= 1.03 for c in rates), rates
+    assert [c["status"] for c in d["checks"] if c["kind"] == "link_rtt"] == ["skipped"]
+    assert "self-test: ok in" in r.stderr
+
+
 def test_verify_json_without_netem():
     """`net verify` end to end on this machine: goodput checked, delays reported as skipped (not failed)."""
     require_root_tools("iperf3", "ping")

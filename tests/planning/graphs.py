@@ -7,8 +7,15 @@ import random
 
 import networkx as nx
 
+from testbed.planning.model import PAYLOAD_FRACTION
+
 GBIT = 1e9
 MBIT = 1e6
+
+
+def Bps(rate_bps: float) -> float:
+    """Payload bytes/s of a link shaped to ``rate_bps``: what every cost model divides by."""
+    return rate_bps / 8 * PAYLOAD_FRACTION
 
 
 def build(links: list[tuple[str, str, float, float]], nodes: list[str] | None = None) -> nx.DiGraph:

@@ -11,7 +11,7 @@ from testbed.planning.model import Plan, Tree, evaluate, route_mismatches, valid
 from testbed.planning.solver import plan_blp
 from traffic_control.errors import ValidationError
 
-from .graphs import GBIT, MBIT, build, triangle
+from .graphs import GBIT, MBIT, Bps, build, triangle
 
 S = 100_000_000
 
@@ -104,8 +104,8 @@ def test_cost_model_by_hand_two_dcs():
     rate, delay, size, k = 100 * MBIT, 0.02, 8_000_000, 8
     g = build([("x", "y", rate, delay)])
     cost = evaluate(g, [Tree("x", {"y": "x"}, 1.0, k)], size)
-    bw = size * 8 / rate
-    chunk_time = size / k * 8 / rate
+    bw = size / Bps(rate)
+    chunk_time = size / k / Bps(rate)
     assert cost.bandwidth_time_s == pytest.approx(bw)
     assert cost.latency_time_s == pytest.approx(2 * (delay + chunk_time))
     assert cost.time_s == pytest.approx(bw + 2 * delay + 2 * chunk_time)
@@ -119,7 +119,7 @@ def test_cost_model_sums_shared_links_and_takes_deepest_branch():
     loads = {(ll.src, ll.dst): ll.bytes for ll in cost.links}
     assert loads[("a", "b")] == loads[("b", "a")] == S  # both trees use a-b
     assert loads[("b", "c")] == S / 2 and loads[("a", "c")] == S / 2
-    chunk = S / 2 * 8 / GBIT
+    chunk = S / 2 / Bps(GBIT)
     assert cost.tree_latency_s[0] == pytest.approx(2 * (0.04 + 2 * chunk))
     assert cost.latency_time_s == max(cost.tree_latency_s)
 

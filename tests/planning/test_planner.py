@@ -14,7 +14,7 @@ from testbed.planning.solver import plan_blp
 from testbed.planning.trees import count_spanning_trees, enumerate_spanning_trees
 from traffic_control.errors import ValidationError
 
-from .graphs import GBIT, MBIT, build, chain, mesh, random_wan, triangle
+from .graphs import GBIT, MBIT, Bps, build, chain, mesh, random_wan, triangle
 
 S = 100_000_000  # bytes
 
@@ -24,7 +24,7 @@ def test_full_mesh_meets_bandwidth_optimal_bound(n):
     g = mesh(n, rate=GBIT, delay=0.02)
     plan = plan_blp(g, S)
     validate_plan(plan, g)
-    bound = 2 * S / (n * GBIT / 8)  # 2S/(nB), every DC's n-1 out-links saturated
+    bound = 2 * S / (n * Bps(GBIT))  # 2S/(nB), every DC's n-1 out-links saturated
     assert plan.cost.bandwidth_time_s == pytest.approx(bound, rel=1e-9)
 
 
@@ -34,7 +34,7 @@ def test_chain_meets_chain_bound(n):
     plan = plan_blp(g, S)
     validate_plan(plan, g)
     assert len(plan.trees) == 1
-    assert plan.cost.bandwidth_time_s == pytest.approx(S / (100 * MBIT / 8), rel=1e-9)
+    assert plan.cost.bandwidth_time_s == pytest.approx(S / Bps(100 * MBIT), rel=1e-9)
 
 
 def test_triangle_avoids_slow_link_and_beats_ring():
@@ -45,7 +45,7 @@ def test_triangle_avoids_slow_link_and_beats_ring():
     assert load[("a", "c")] < load[("a", "b")] and load[("a", "c")] < load[("b", "c")]
     assert load[("c", "a")] < load[("b", "a")]
     # bandwidth optimum: x on the slow link with 2x/0.1 = 1 - x  ->  x = 1/21
-    assert plan.cost.bandwidth_time_s == pytest.approx(20 / 21 * S / (GBIT / 8), rel=1e-9)
+    assert plan.cost.bandwidth_time_s == pytest.approx(20 / 21 * S / Bps(GBIT), rel=1e-9)
     base = baselines(tri, S)
     for name in ("ring", "ring_best", "hierarchical", "star"):
         assert plan.predicted_time_s < base[name].time_s, name
@@ -132,7 +132,7 @@ def test_dense_eight_dc_graph_uses_column_generation_in_seconds():
     plan = plan_blp(g, S)
     assert time.monotonic() - t0 < 5
     validate_plan(plan, g)
-    assert plan.cost.bandwidth_time_s == pytest.approx(2 * S / (8 * GBIT / 8), rel=1e-7)
+    assert plan.cost.bandwidth_time_s == pytest.approx(2 * S / (8 * Bps(GBIT)), rel=1e-7)
 
 
 def test_plan_cost_is_the_model_of_its_trees():

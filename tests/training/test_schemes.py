@@ -73,7 +73,9 @@ def test_bsp_equals_one_process_on_the_concatenated_batch(tmp_path_factory, allr
     if allreduce == "hierarchical":  # only DC leaders cross the WAN
         assert {s["host"] for s in sync if s["phase"] == "wan_sync"} == {"a1", "b1"}
     rows = (res.out_dir / "metrics.csv").read_text().splitlines()
-    assert rows[0] == "step,wall_s,loss,acc,expert,updates" and rows[-1].endswith(f",{steps}")
+    assert rows[0] == "step,wall_s,loss,acc,expert,updates,samples"
+    last = dict(zip(rows[0].split(","), rows[-1].split(",")))
+    assert int(last["updates"]) == steps and int(last["samples"]) == steps * 4 * 8, last
 
 
 # -- Gsyn G=1 is BSP through the server --------------------------------------------------------------
@@ -230,7 +232,8 @@ def test_diloco_equals_its_reference_and_syncs_every_h_steps(tmp_path_factory, s
     inner_applies = [s for s in ws if s["phase"] == "apply" and s.get("what") == "inner"]
     assert len(inner_applies) == WORKERS * steps
     rows = (res.out_dir / "metrics.csv").read_text().splitlines()
-    assert rows[-1].endswith(f",{len(rounds)}")  # updates = outer steps
+    last = dict(zip(rows[0].split(","), rows[-1].split(",")))
+    assert int(last["updates"]) == len(rounds)  # updates = outer steps
 
 
 def test_gsyn_groups_do_not_wait_for_each_other(tmp_path_factory):

@@ -57,3 +57,18 @@ def test_topo_prints_normalised_spec():
     r = run_cli("topo", "geo_wan")
     assert r.returncode == 0
     assert yaml.safe_load(r.stdout)["scale"] == pytest.approx(0.1)
+
+
+def test_the_cli_starts_without_numeric_libraries():
+    """Every `testbed` command builds the whole parser; under the kernel lab's TCG each heavy import
+    costs tens of seconds (numpy at start-up made `net set`/`net exec` there miss their 60-120 s
+    test timeouts), so loading the subcommands must not import numpy, scipy, torch or pandas."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, sys, testbed.cli as c; c.build_parser(); "
+            "print(json.dumps({m: m in sys.modules for m in ('numpy', 'scipy', 'torch', 'pandas', 'matplotlib')}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not any(loaded.values()), loaded

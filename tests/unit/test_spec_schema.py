@@ -48,11 +48,17 @@ TRAINING = {
     "optimizer": {"name": "sgd", "lr": 0.1}, "stop": {"steps": 5, "target": {"metric": "loss", "value": 1.0}},
     "slowdown": [{"hosts": ["a-h1"], "factor": 1.5, "delay": {"dist": "constant", "value_s": "10ms"}}],
     "fault": {"step": 3, "rank": 0},
+    "compute": {"mode": "emulated", "time_scale": 0.5, "factor_by_dc": {"a": 1.5}, "cv": 0.05,
+                "pad_gradient": True, "gradient_dtype": "fp16",
+                "profile": {"name": "tiny", "model": "m", "gpu": "g", "batch_size": 8, "throughput": 100.0,
+                            "params": 1000, "source": "test", "precision": "fp32", "unit": "images", "url": ""}},
 }
 EXPERIMENT = {
     "name": "e", "topology": TOPOLOGY, "collectors": {"rate_hz": 5}, "training": TRAINING,
     "schemes": [{"label": "x", "scheme": {"name": "bsp"},
                  "training": {k: copy.deepcopy(v) for k, v in TRAINING.items() if k not in ("workload", "scheme")}}],
+    "lr_search": {"values": {"low": 0.01, "high": 1.0, "count": 4}, "seed": 1001, "steps": 5, "wall_s": "10s",
+                  "target": {"metric": "loss", "value": 1.0}, "schemes": ["x"]},
 }
 # parameters that a variant needs to be valid at all (pgcs needs the experts workload)
 VARIANT_NEEDS: dict[tuple[str, str], dict[str, Any]] = {

@@ -15,19 +15,20 @@ from testbed.training import dist as tdist
 from testbed.training.collectives import ring_allreduce
 from testbed.training.evaluator import Evaluator
 from testbed.training.flat import make_optimizer
+from testbed.training.lr import resolve_job
 from testbed.training.runtime import WorkerContext, save_model
 
 
 def run(ctx: WorkerContext) -> int:
     job, tc, flat = ctx.job, ctx.job.training, ctx.flat
     every, n, world = tc.scheme.params.every, flat.n, job.world_size
-    opt = make_optimizer(tc.optimizer, flat.plist)
+    opt = make_optimizer(tc.optimizer, flat.plist, lr=resolve_job(job).for_client())  # lr rule applied
     ring = tdist.ring_order(job.peers, list(range(world)))
     phase = tdist.sync_phase(job.peers, list(range(world)))
     evaluator = None
     if job.rank == 0:
         evaluator = Evaluator(ctx.workload, ctx.rec, Path(job.out_dir) / "metrics.csv", tc.stop.target, ctx.device)
-        evaluator.submit(0, 0, flat.params)
+        evaluator.submit(0, 0, flat.params, wall_s=0.0)  # the initial model: time 0 of the training clock
     tdist.init_world(job, ctx.rec)
     try:
         step = 0
@@ -43,7 +44,7 @@ def run(ctx: WorkerContext) -> int:
             buf[n + 1] = 1.0 if ctx.wall_exceeded() else 0.0  # any rank out of time stops all, same round
             with ctx.rec.span(phase, step=step - 1, op="ring_allreduce", peers=world) as sp:
                 sent = ring_allreduce(buf, ring)
-                sp.set(bytes=sent, wan_bytes=tdist.ring_wan_bytes(sent, ring, job.rank, job.peers))
+                sp.set(bytes=sent, **tdist.wan_fields(tdist.ring_wan_to(sent, ring, job.rank, job.peers)))
             stop = bool(buf[n + 1] > 0)
             buf[:n].div_(world)
             ctx.params_in(buf)

@@ -19,6 +19,11 @@ class LocalSgdParams:
     uses_server: ClassVar[bool] = False  # collectives only, no parameter server process
     every: int = 4
 
+    def update_workers(self, world_size: int, groups: list[list[int]] | None = None) -> int:
+        """Each local step uses one worker's batch, so ``lr_rule`` scales by 1, not by N
+        (``testbed.training.lr``; without this method a scheme without a server counts N)."""
+        return 1
+
     def check(self, field: str) -> None:
         if self.every < 1:
             raise ValidationError(f"{field}.every", f"must be at least 1, got {self.every}", "e.g. every: 4")

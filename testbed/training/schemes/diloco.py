@@ -15,7 +15,9 @@ Round ``j`` (the outer step) of every worker:
 The all-reduce buffer carries a stop slot (wall-clock limit, or rank 0's evaluator reached
 the target), so all workers stop in the same round.  The last round may be shorter than H
 (the step budget is not a multiple).  Rank 0 evaluates the global model after each round
-in which a multiple of ``eval_every`` steps was passed; ``updates`` counts outer steps.
+in which a multiple of ``eval_every_samples`` samples (a step being N x batch) or, without
+it, of ``eval_every`` steps was passed; ``updates`` counts outer steps.  (The global model
+only changes at a round, so the cadence cannot be finer than H steps.)
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ import torch
 
 from testbed.training import dist as tdist
 from testbed.training.collectives import ring_allreduce
-from testbed.training.evaluator import Evaluator
+from testbed.training.evaluator import EvalCadence, Evaluator
 from testbed.training.flat import make_optimizer
+from testbed.training.lr import resolve_job
 from testbed.training.runtime import WorkerContext, save_model
 
 
@@ -45,21 +48,23 @@ def run(ctx: WorkerContext) -> int:
     job, tc, flat = ctx.job, ctx.job.training, ctx.flat
     p = tc.scheme.params
     n, world = flat.n, job.world_size
-    inner = make_optimizer(tc.optimizer, flat.plist)
+    lr = resolve_job(job).for_client()  # inner lr by the scheme's rule (testbed.training.lr); outer_lr as given
+    inner = make_optimizer(tc.optimizer, flat.plist, lr=lr)
     ring = tdist.ring_order(job.peers, list(range(world)))
     phase = tdist.sync_phase(job.peers, list(range(world)))
     theta = flat.params.detach().clone()  # the global model (identical on every worker)
     momentum: torch.Tensor | None = None
     evaluator = None
+    cadence, per_step = EvalCadence(tc), world * ctx.workload.batch_size
     if job.rank == 0:
         evaluator = Evaluator(ctx.workload, ctx.rec, Path(job.out_dir) / "metrics.csv", tc.stop.target, ctx.device)
-        evaluator.submit(0, 0, theta)
+        evaluator.submit(0, 0, theta, wall_s=0.0, samples=0)
     tdist.init_world(job, ctx.rec)
     try:
-        step, rounds, next_eval = 0, 0, tc.eval_every
+        step, rounds = 0, 0
         while not ctx.steps_done(step):
             ctx.compute(step, shard=job.rank, num_shards=world, round=rounds)
-            with ctx.rec.span("apply", step=step, what="inner"):
+            with ctx.rec.span("apply", step=step, what="inner", lr=lr):
                 inner.step()
             step += 1
             if step % p.inner_steps and not ctx.steps_done(step):
@@ -72,7 +77,7 @@ def run(ctx: WorkerContext) -> int:
             with ctx.rec.span(phase, step=step - 1, op="ring_allreduce", peers=world, what="outer",
                               round=rounds) as sp:
                 sent = ring_allreduce(buf, ring)
-                sp.set(bytes=sent, wan_bytes=tdist.ring_wan_bytes(sent, ring, job.rank, job.peers))
+                sp.set(bytes=sent, **tdist.wan_fields(tdist.ring_wan_to(sent, ring, job.rank, job.peers)))
             stop = bool(buf[n + 1] > 0)
             with ctx.rec.span("apply", step=step - 1, what="outer", round=rounds, version=rounds + 1):
                 grad = buf[:n].div_(world).to(theta.device)
@@ -80,14 +85,12 @@ def run(ctx: WorkerContext) -> int:
                 buf[:n].copy_(theta)
                 ctx.params_in(buf)
             rounds += 1
-            if evaluator is not None and step >= next_eval:
-                evaluator.submit(step, rounds, theta)
-                while next_eval <= step:
-                    next_eval += tc.eval_every
+            if evaluator is not None and cadence.due(step, step * per_step, crossing=True):
+                evaluator.submit(step, rounds, theta, samples=step * per_step)
             if stop:
                 break
         if evaluator is not None:
-            evaluator.final(step, rounds, theta)
+            evaluator.final(step, rounds, theta, samples=step * per_step)
         if tc.save_model:
             save_model(job, flat.params)
     finally:

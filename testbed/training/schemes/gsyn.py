@@ -10,7 +10,9 @@ Per group step ``k`` (groups from the job, leader = first member):
    computed on, the server applies it at once and returns its current
    model (``push``/``pull``, see ``psclient``);
 4. the leader broadcasts model + version + stop flag to its members
-   (``intra_sync``, or ``wan_sync`` with ``wan_bytes`` for the members in other DCs).
+   (``intra_sync``, or ``wan_sync`` with ``wan_bytes``/``wan_to`` for the copies
+   sent to other DCs; ``collectives.GroupBroadcast``: a gloo broadcast, one copy
+   per other DC for a group spanning DCs).
 
 Members never decide to stop on their own clock: the leader's stop flag
 (its step budget, wall-clock limit, or the server's stop) travels in the
@@ -22,7 +24,7 @@ every worker is an ASP client.
 from __future__ import annotations
 
 from testbed.training import dist as tdist
-from testbed.training.collectives import ring_allreduce, star_broadcast
+from testbed.training.collectives import GroupBroadcast, ring_allreduce
 from testbed.training.psclient import PSClient
 from testbed.training.runtime import WorkerContext, save_model
 
@@ -42,6 +44,7 @@ def run(ctx: WorkerContext) -> int:
     try:
         pgs = tdist.make_subgroups(groups, tc.comm_timeout_s) if need_world else [None] * len(groups)
         pg = pgs[g]
+        bcast = GroupBroadcast(job.peers, groups, tc.comm_timeout_s) if need_world else None
         ring = tdist.ring_order(job.peers, members)
         phase = tdist.sync_phase(job.peers, members)
         client = None
@@ -49,13 +52,14 @@ def run(ctx: WorkerContext) -> int:
         if is_leader:
             client = PSClient(job.server_addr, job.server_port, g, ctx.rec, source_addr=job.address,
                               connect_timeout_s=tc.connect_timeout_s, timeout_s=tc.comm_timeout_s, name="ps",
-                              extra={"group": g}, wan=job.server_dc is not None and job.server_dc != job.dc)
+                              extra={"group": g}, wan_dc=job.server_dc if job.server_dc not in (None, job.dc) else None)
             reply = client.hello()
-            pbuf[:n].copy_(reply.params)
+            pbuf[:n].copy_(reply.params[:n])
             pbuf[n], pbuf[n + 1] = float(reply.version), float(reply.stop)
-        with ctx.rec.span(phase, step=None, op="broadcast", peer=job.peers[leader].host, group=g) as sp:
-            sent = star_broadcast(pbuf, leader, members, pg)
-            sp.set(bytes=sent, wan_bytes=tdist.star_wan_bytes(sent, leader, members, job.peers))
+        if bcast is not None and len(members) > 1:
+            with ctx.rec.span(phase, step=None, op="broadcast", peer=job.peers[leader].host, group=g) as sp:
+                sent, wan_to = bcast(pbuf, g, job.rank)
+                sp.set(bytes=sent, **tdist.wan_fields(wan_to))
         ctx.params_in(pbuf)
         version, stop = int(pbuf[n]), bool(pbuf[n + 1])
         step = 0
@@ -65,19 +69,21 @@ def run(ctx: WorkerContext) -> int:
                 gbuf = ctx.grads_out()
                 with ctx.rec.span(phase, step=step, op="ring_allreduce", peers=len(members), group=g) as sp:
                     sent = ring_allreduce(gbuf, ring, pg)
-                    sp.set(bytes=sent, wan_bytes=tdist.ring_wan_bytes(sent, ring, job.rank, job.peers))
+                    sp.set(bytes=sent, **tdist.wan_fields(tdist.ring_wan_to(sent, ring, job.rank, job.peers)))
                 pbuf = ctx.params_out()
                 if is_leader:
                     assert client is not None
                     gbuf.div_(len(members))
                     last = ctx.is_last(step)
-                    reply = client.push(step, version, gbuf[:n], last=last)
-                    pbuf[:n].copy_(reply.params)
+                    # the whole buffer when padded (training.compute.pad_gradient)
+                    reply = client.push(step, version, gbuf if ctx.pad else gbuf[:n], last=last)
+                    pbuf[:n].copy_(reply.params[:n])
                     pbuf[n], pbuf[n + 1] = float(reply.version), float(reply.stop or last)
-                with ctx.rec.span(phase, step=step, op="broadcast", peer=job.peers[leader].host,
-                                  group=g) as sp:  # a group spanning DCs broadcasts over the WAN
-                    sent = star_broadcast(pbuf, leader, members, pg)
-                    sp.set(bytes=sent, wan_bytes=tdist.star_wan_bytes(sent, leader, members, job.peers))
+                if bcast is not None and len(members) > 1:
+                    with ctx.rec.span(phase, step=step, op="broadcast", peer=job.peers[leader].host,
+                                      group=g) as sp:  # a group spanning DCs broadcasts over the WAN
+                        sent, wan_to = bcast(pbuf, g, job.rank)
+                        sp.set(bytes=sent, **tdist.wan_fields(wan_to))
                 ctx.params_in(pbuf)
                 version, stop = int(pbuf[n]), bool(pbuf[n + 1])
                 step += 1

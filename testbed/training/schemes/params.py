@@ -33,12 +33,20 @@ class BspParams:
     uses_server: ClassVar[bool] = False
     allreduce: Literal["ring", "hierarchical"] = "ring"
 
+    def update_workers(self, world_size: int, groups: list[list[int]] | None = None) -> int:
+        """Every update averages all N workers' gradients (``testbed.training.lr``)."""
+        return world_size
+
 
 @dataclass
 class AspParams:
     """Asynchronous parameter server: each worker pushes and pulls on its own clock."""
 
     uses_server: ClassVar[bool] = True
+
+    def update_workers(self, world_size: int, groups: list[list[int]] | None = None) -> int:
+        """Each push, one worker's gradient, is one update (``testbed.training.lr``)."""
+        return 1
 
 
 @dataclass
@@ -55,6 +63,10 @@ class SspParams:
 
     uses_server: ClassVar[bool] = True
     staleness: int = 2  # clocks
+
+    def update_workers(self, world_size: int, groups: list[list[int]] | None = None) -> int:
+        """As ASP: one worker's gradient per update (``testbed.training.lr``)."""
+        return 1
 
     def check(self, field: str) -> None:
         if self.staleness < 0:
@@ -76,6 +88,12 @@ class GsynParams:
 
     uses_server: ClassVar[bool] = True
     groups: int | list[list[str]] | None = None
+
+    def update_workers(self, world_size: int, groups: list[list[int]] | None = None) -> int | list[int]:
+        """A push is one group's averaged gradient: the group's size, per group (``testbed.training.lr``).
+
+        Without resolved groups (no worker list yet) one worker is assumed."""
+        return [len(g) for g in groups] if groups else 1
 
     def check(self, field: str) -> None:
         if isinstance(self.groups, int) and self.groups < 1:
@@ -157,6 +175,10 @@ class DilocoParams:
     outer_lr: float = 0.7
     outer_momentum: float = 0.9
     nesterov: bool = True
+
+    def update_workers(self, world_size: int, groups: list[list[int]] | None = None) -> int:
+        """Inner steps use one worker's batch; the outer step keeps its own ``outer_lr`` (``testbed.training.lr``)."""
+        return 1
 
     def check(self, field: str) -> None:
         if self.inner_steps < 1:

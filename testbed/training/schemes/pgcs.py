@@ -48,7 +48,9 @@ Records (docs/CONTRACTS.md):
 * rank 0 writes ``metrics.csv``: one row per expert evaluation, ``expert``
   = k, ``updates`` = that expert's updates so far, ``step`` = global steps
   computed when that update's gradient was made (row ``0,..,k,0`` is the
-  initial model); every ``eval_every`` updates of an expert and at the end.
+  initial model); on the trial's cadence (``evaluator.EvalCadence``: when the
+  samples of all workers cross a multiple of ``eval_every_samples``, the expert
+  just updated; else every ``eval_every`` updates of an expert) and at the end.
 
 Stopping: every sync buffer carries one extra slot, each worker's stop vote
 (wall-clock limit; rank 0 also when every expert met the target).  With
@@ -69,6 +71,7 @@ import torch
 
 from testbed.collect.recorder import Recorder
 from testbed.training import dist as tdist
+from testbed.training.evaluator import EvalCadence
 from testbed.training.overlap import (
     CommThread,
     ExpertEvaluator,
@@ -103,6 +106,7 @@ class _Trainer:
         self.world = ctx.job.world_size
         self.E = len(slots)
         self.steps = 0  # global steps computed
+        self.cadence = EvalCadence(self.tc)
 
     # -- one expert's compute ---------------------------------------------------------------
     def compute(self, slot: ExpertSlot, t: int, *, pad_before_backward: bool = False, vote: bool = False) -> float:
@@ -115,9 +119,9 @@ class _Trainer:
             flat.zero_grad()
             flat.grad_buf[flat.n] = 1.0 if vote else 0.0
             loss = wl.loss(flat.model, batch)
-            extra_s = 0.0
+            fields: dict[str, Any] = {}
             if pad_before_backward:  # count the backward still to come (last time's) as spent
-                extra_s = self._pad(wl, t0, slot.backward_s)
+                fields = ctx.finish_compute(wl, t0, slot.backward_s)
             tb = time.perf_counter()
             loss.backward()
             value = float(loss.detach())
@@ -125,17 +129,10 @@ class _Trainer:
                 torch.cuda.synchronize()
             slot.backward_s = time.perf_counter() - tb
             if not pad_before_backward:
-                extra_s = self._pad(wl, t0)
-            sp.set(loss=round(value, 6), slowdown_s=round(extra_s, 6))
+                fields = ctx.finish_compute(wl, t0)
+            sp.set(loss=round(value, 6), **fields)
         ctx.last_loss = value
         return value
-
-    def _pad(self, wl: Any, t0: float, ahead_s: float = 0.0) -> float:
-        wl.pad_compute(time.perf_counter() - t0 + ahead_s)
-        extra_s = self.ctx.slowdown.extra_s(time.perf_counter() - t0 + ahead_s)
-        if extra_s > 0:
-            time.sleep(extra_s)
-        return extra_s
 
     def want_stop(self) -> bool:
         return self.ctx.wall_exceeded() or (self.evaluator is not None and self.evaluator.reached.is_set())
@@ -143,8 +140,9 @@ class _Trainer:
     def applied(self, slot: ExpertSlot, t: int) -> None:
         """Bookkeeping after an update of ``slot`` made from step ``t``'s gradient."""
         slot.updates += 1
-        if self.evaluator is not None and slot.updates % self.tc.eval_every == 0:
-            self.evaluator.submit(slot.index, t + 1, slot.updates, slot.flat.params)
+        samples = (t + 1) * self.world * self.ctx.workload.batch_size
+        if self.evaluator is not None and self.cadence.due(slot.updates, samples):
+            self.evaluator.submit(slot.index, t + 1, slot.updates, slot.flat.params, samples=samples)
 
     # -- PGCS / sequential ----------------------------------------------------------------------
     def _sync_apply(self, slot: ExpertSlot, t: int, buf: torch.Tensor, rec: Recorder) -> bool:
@@ -269,7 +267,7 @@ def run(ctx: WorkerContext) -> int:
         evaluator = ExpertEvaluator([s.workload for s in slots], ctx.rec, Path(job.out_dir) / "metrics.csv",
                                     tc.stop.target, ctx.device)
         for s in slots:
-            evaluator.submit(s.index, 0, 0, s.flat.params)
+            evaluator.submit(s.index, 0, 0, s.flat.params, wall_s=0.0, samples=0)
     buckets = p.overlap_kind == "buckets"
     overlap = buckets or p.overlap
     comm = comm_rec = None
@@ -281,6 +279,7 @@ def run(ctx: WorkerContext) -> int:
             comm_rec = comm_recorder(job, ctx.rec)
             comm = CommThread(f"{tc.scheme.name}-comm")
         trainer = _Trainer(ctx, slots, sync, evaluator, comm, comm_rec)
+        ctx.start()  # the start barrier: PGCS computes outside ctx.compute
         if buckets:
             trainer.run_buckets(p.buckets)
         else:

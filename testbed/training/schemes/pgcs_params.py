@@ -60,6 +60,10 @@ class PgcsParams:
     plan: dict[str, Any] | None = None  # a BLP plan object (Plan.to_json) for sync: blp
     plan_file: str | None = None  # or a path to that JSON
 
+    def update_workers(self, world_size: int, groups: Any = None) -> int:
+        """Every expert's update averages all N workers' gradients (``testbed.training.lr``)."""
+        return world_size
+
     def check(self, field: str) -> None:
         f = f"{field}." if field else ""
         if self.experts is not None and self.experts < 2:

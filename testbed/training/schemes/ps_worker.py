@@ -20,17 +20,19 @@ def run(ctx: WorkerContext) -> int:
     assert job.server_addr is not None and job.server_port is not None
     client = PSClient(job.server_addr, job.server_port, job.rank, ctx.rec, source_addr=job.address,
                       connect_timeout_s=tc.connect_timeout_s, timeout_s=tc.comm_timeout_s, name="ps",
-                      wan=job.server_dc is not None and job.server_dc != job.dc)
+                      wan_dc=job.server_dc if job.server_dc not in (None, job.dc) else None)
     reply = client.hello()
-    ctx.params_in(reply.params)
+    ctx.params_in(reply.params[: flat.n])
     version = reply.version
     step = 0
     try:
         while not reply.stop and not ctx.steps_done(step):
             ctx.compute(step, shard=job.rank, num_shards=job.world_size, version=version, clock=step)
             last = ctx.is_last(step)
-            reply = client.push(step, version, ctx.grads_out()[: ctx.flat.n], last=last)
-            ctx.params_in(reply.params)
+            # the whole buffer when padded (training.compute.pad_gradient): the profiled model's size
+            grads = ctx.grads_out() if ctx.pad else ctx.grads_out()[: flat.n]
+            reply = client.push(step, version, grads, last=last)
+            ctx.params_in(reply.params[: flat.n])
             version = reply.version
             step += 1
             if last:

@@ -1,4 +1,4 @@
-"""One rank of the BLP-vs-ring benchmark, started by blp_vs_ring.py inside a Mininet host."""
+"""One rank of benchmarks/allreduce_schemes.py, started by it inside a Mininet host."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def main() -> int:
     # in ~40 ms steps on these links; see testbed/training/collectives.py)
     groups = make_dc_groups(dc_of_rank)
     res = compare(plan, rank, dc_of_rank, iters=cfg["iters"], warmup=1, group_of_dc=groups,
-                  predicted={"ring": cfg["ring_predicted_s"], "blp": cfg["blp_predicted_s"]}, out=None)
+                  schemes=cfg["schemes"], predicted={"blp": cfg["blp_predicted_s"]}, out=None)
     if rank == 0:
         with open(cfg["out"], "w") as f:
             json.dump(res, f, default=str)

@@ -1,0 +1,102 @@
+"""CPU saturation during a trial: the machine's, and each userspace impairment daemon's.
+
+Every emulated host shares this machine's cores, and the userspace backend's
+delay is a Python daemon per link direction: when either runs out of CPU, the
+network stops being what the spec says (packets wait for a core, not for the
+link) and compute stretches, while nothing in the training records shows it.
+So each trial samples, every ``interval_s`` (0.5 s), the machine's busy
+fraction from ``/proc/stat`` (all cores together; iowait counts as idle) and
+each daemon's CPU from ``/proc/<pid>/stat`` (a fraction of one core: a daemon
+is one thread).  A sample is *saturated* at >= 95 %; a trial with more than
+10 % of its samples saturated, machine or any daemon, is marked unfaithful
+(the network-fidelity issue's rule), with the fractions in its manifest.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+SATURATED = 0.95
+MAX_SATURATED_FRACTION = 0.10
+INTERVAL_S = 0.5
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of all cores since boot; iowait counts as idle."""
+    with open("/proc/stat") as fh:
+        parts = [int(x) for x in fh.readline().split()[1:]]
+    idle = parts[3] + (parts[4] if len(parts) > 4 else 0)
+    total = sum(parts[:8])  # guest time is already inside user
+    return total - idle, total
+
+
+def process_ticks(pid: int) -> int | None:
+    """utime + stime of ``pid`` in clock ticks; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])
+
+
+def summarise(samples: list[float]) -> dict[str, Any]:
+    """Mean, saturated fraction and verdict of busy-fraction samples."""
+    n = len(samples)
+    sat = sum(1 for s in samples if s >= SATURATED)
+    frac = sat / n if n else 0.0
+    return {"samples": n, "mean": round(sum(samples) / n, 4) if n else None,
+            "saturated_fraction": round(frac, 4), "saturated": n > 0 and frac > MAX_SATURATED_FRACTION}
+
+
+class CpuSaturation:
+    """Samples the machine and the given daemons (``{name: pid}``) in a thread until :meth:`stop`."""
+
+    def __init__(self, daemons: dict[str, int] | None = None, interval_s: float = INTERVAL_S) -> None:
+        self.daemons = dict(daemons or {})
+        self.interval_s = interval_s
+        self.machine: list[float] = []
+        self.per_daemon: dict[str, list[float]] = {name: [] for name in self.daemons}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-saturation", daemon=True)
+
+    def start(self) -> CpuSaturation:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        busy0, total0 = machine_ticks()
+        last = {name: process_ticks(pid) for name, pid in self.daemons.items()}
+        t_last = time.monotonic()
+        while not self._stop.wait(self.interval_s):
+            busy, total = machine_ticks()
+            now = time.monotonic()
+            if total > total0:
+                self.machine.append((busy - busy0) / (total - total0))
+            busy0, total0 = busy, total
+            for name, pid in self.daemons.items():
+                ticks = process_ticks(pid)
+                if ticks is not None and last[name] is not None and now > t_last:
+                    self.per_daemon[name].append((ticks - last[name]) / _TICK / (now - t_last))
+                last[name] = ticks
+            t_last = now
+
+    def stop(self) -> dict[str, Any]:
+        """End sampling; the record the manifest keeps (``saturated``: the reasons, empty when none)."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        machine = summarise(self.machine)
+        daemons = {name: summarise(s) for name, s in self.per_daemon.items()}
+        reasons = []
+        if machine["saturated"]:
+            reasons.append(f"machine CPU >= {SATURATED:.0%} in {machine['saturated_fraction']:.0%} of samples "
+                           f"(cores: {os.cpu_count()})")
+        reasons += [f"impairment daemon {name} CPU >= {SATURATED:.0%} of a core in {d['saturated_fraction']:.0%} "
+                    "of samples" for name, d in daemons.items() if d["saturated"]]
+        return {"interval_s": self.interval_s, "threshold": SATURATED,
+                "max_saturated_fraction": MAX_SATURATED_FRACTION, "machine": machine,
+                "impairment_daemons": daemons, "saturated": reasons}
