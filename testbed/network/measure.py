@@ -31,6 +31,16 @@ class PingResult:
     def loss_pct(self) -> float:
         return 100.0 * (self.sent - self.received) / self.sent if self.sent else 0.0
 
+    def joined(self, other: PingResult) -> PingResult:
+        """Both trains as one sample (min, mean, max and mdev over every reply)."""
+        rtts = self.rtts_s + other.rtts_s
+        if not rtts:
+            return PingResult(self.sent + other.sent, 0, *(float("nan"),) * 4, [])
+        mean = sum(rtts) / len(rtts)
+        mdev = (sum((r - mean) ** 2 for r in rtts) / len(rtts)) ** 0.5
+        return PingResult(self.sent + other.sent, self.received + other.received, min(rtts), mean, max(rtts),
+                          mdev, rtts)
+
 
 def parse_ping(text: str) -> PingResult:
     rtts = [float(x) / 1e3 for x in re.findall(r"time=([0-9.]+) ms", text)]

@@ -17,7 +17,9 @@ Each measurement is compared with what the spec implies; tolerances are
 stated in the output:
 
 * RTT minimum: ``|measured - expected| <= 1 ms + 5 %`` (the netem bar of the
-  kernel-lab issue; the userspace backend is held to the same).
+  kernel-lab issue; the userspace backend is held to the same).  A reading
+  above the bar is measured once more, pings 0.2 s apart, and the minimum of
+  both trains counts (``attempts``: see :func:`min_rtt`); a low one is not.
 * Goodput: ``measured / ideal >= 0.97``, ideal = the path's smallest rate
   (the WAN direction, or a LAN segment of the endpoints when slower) x
   1448/1514 (TCP payload per wire byte).  Not checked on lossy or reordering
@@ -43,7 +45,7 @@ from pyroute2 import NetNS, netns
 from . import naming
 from .addressing import WanPlan
 from .emulation import TCP_MEM, EmulatedNetwork
-from .measure import TCP_PAYLOAD_FRACTION, iperf3, ping
+from .measure import TCP_PAYLOAD_FRACTION, PingResult, iperf3, ping
 
 RTT_ABS_TOL_S = 1e-3
 RTT_REL_TOL = 0.05
@@ -75,8 +77,42 @@ class Check:
         return d
 
 
+RTT_TOLERANCE = f"|min - expected| <= {RTT_ABS_TOL_S * 1e3:g} ms + {RTT_REL_TOL:.0%}"
+
+
 def rtt_ok(measured: float, expected: float) -> bool:
     return abs(measured - expected) <= RTT_ABS_TOL_S + RTT_REL_TOL * expected
+
+
+#: A minimum RTT that reads high (or not at all) is measured once more, this long apart between pings.
+RETRY_INTERVAL_S = 0.2
+
+
+def min_rtt(net: Any, src: str, dst_ip: str, expected: float, count: int,
+            interval: float = 0.05) -> tuple[PingResult, int]:
+    """Ping ``count`` times; a minimum above the bar gets one more train, spread wider.
+
+    A minimum RTT only reads high when *every* reply was late, which a CPU
+    stall of a few hundred milliseconds (another tenant, a busy loop beside
+    a 2-core machine) can do to a 0.5 s train: that is the measurement, not
+    the network.  So a high (or empty) reading is re-measured once, with the
+    pings 0.2 s apart, and the minimum over both trains counts; the reply
+    count says it happened (``attempts`` in each check).  A network whose
+    delay is really too long reads high twice and still fails; a reading
+    below the bar is never re-measured (netem and the daemons are never
+    early: a low minimum means a delay is missing).
+    """
+    pr = ping(net, src, dst_ip, count=count, interval=interval)
+    if pr.min_s <= expected + RTT_ABS_TOL_S + RTT_REL_TOL * expected:  # False for nan (no reply)
+        return pr, 1
+    again = ping(net, src, dst_ip, count=count, interval=max(interval, RETRY_INTERVAL_S))
+    return pr.joined(again), 2
+
+
+def delay_applied(net: EmulatedNetwork) -> bool:
+    """Whether the spec's delays are in the network (not knowingly skipped): RTT rows check them."""
+    imp = net.impairment
+    return imp is not None and (imp.backend in ("netem", "userspace") or not imp.skipped)
 
 
 @dataclass
@@ -106,8 +142,7 @@ def verify(net: EmulatedNetwork, seconds: float = 3.0, pings: int = 20,
         eta = f", ~{elapsed / (k - 1) * (total - k + 1):.0f} s left" if k > 1 else ""
         plain(f"[{k}/{total}] {msg}{eta}")
 
-    imp = net.impairment
-    delay_applied = imp is not None and (imp.backend in ("netem", "userspace") or not imp.skipped)
+    applied = delay_applied(net)
     checks: list[Check] = []
     for h in net.impairment_health():
         checks.append(Check("impairment", f"{h['node']}:{h['ifname']} ({h['realises']})", None, None, "",
@@ -115,22 +150,22 @@ def verify(net: EmulatedNetwork, seconds: float = 3.0, pings: int = 20,
                             "pass" if h["alive"] else "fail", {"state": h["state"], "reason": h["reason"]}))
     with Endpoints(net) as eps:
         for w in net.plan.wans:
-            checks += _verify_link(net, eps, w, seconds, pings, delay_applied, say)
-    checks += _verify_pairs(net, pings, delay_applied, say)
+            checks += _verify_link(net, eps, w, seconds, pings, applied, say)
+    checks += _verify_pairs(net, pings, applied, say)
     return checks
 
 
 def _verify_link(net: EmulatedNetwork, eps: Endpoints, w: WanPlan, seconds: float, pings: int,
-                 delay_applied: bool, say: Any) -> list[Check]:
+                 applied: bool, say: Any) -> list[Check]:
     checks = []
     exp_rtt = w.forward.delay_s + w.reverse.delay_s
     say(f"ping {w.a}<->{w.b} over the link ...")
-    pr = ping(net, w.a_router, w.b_ip, count=pings)
-    status = ("pass" if rtt_ok(pr.min_s, exp_rtt) else "fail") if delay_applied or exp_rtt == 0 else "skipped"
+    pr, attempts = min_rtt(net, w.a_router, w.b_ip, exp_rtt, pings)
+    status = ("pass" if rtt_ok(pr.min_s, exp_rtt) else "fail") if applied or exp_rtt == 0 else "skipped"
     checks.append(Check("link_rtt", f"{w.a}<->{w.b}", exp_rtt, pr.min_s, "s",
-                        f"|min - expected| <= {RTT_ABS_TOL_S * 1e3:g} ms + {RTT_REL_TOL:.0%}", status,
+                        RTT_TOLERANCE, status,
                         {"mean_s": pr.avg_s, "mdev_s": pr.mdev_s, "loss_pct": pr.loss_pct,
-                         "expected_mean_s": exp_rtt}))
+                         "expected_mean_s": exp_rtt, "attempts": attempts}))
     for src, dst, shape in ((w.a, w.b, w.forward), (w.b, w.a, w.reverse)):
         if not shape.rate_bps:
             continue
@@ -141,7 +176,7 @@ def _verify_link(net: EmulatedNetwork, eps: Endpoints, w: WanPlan, seconds: floa
         bottleneck, rate = path_rate(net, src, dst, shape.rate_bps, s_ep, d_ep)
         ideal = rate * TCP_PAYLOAD_FRACTION
         ratio = res["bps"] / ideal
-        lossy = shape.loss_pct > 0 or (delay_applied and shape.jitter_s > 0 and shape.reorder)
+        lossy = shape.loss_pct > 0 or (applied and shape.jitter_s > 0 and shape.reorder)
         status = "info" if lossy else ("pass" if ratio >= GOODPUT_MIN_RATIO else "fail")
         checks.append(Check("link_goodput", f"{src}->{dst}", ideal, res["bps"], "bit/s",
                             f"measured/ideal >= {GOODPUT_MIN_RATIO} (ideal = path rate x 1448/1514)", status,
@@ -152,7 +187,7 @@ def _verify_link(net: EmulatedNetwork, eps: Endpoints, w: WanPlan, seconds: floa
     return checks
 
 
-def _verify_pairs(net: EmulatedNetwork, pings: int, delay_applied: bool, say: Any) -> list[Check]:
+def _verify_pairs(net: EmulatedNetwork, pings: int, applied: bool, say: Any) -> list[Check]:
     checks = []
     topo = net.topo
     for a, b in itertools.combinations(topo.dc_names, 2):
@@ -163,13 +198,13 @@ def _verify_pairs(net: EmulatedNetwork, pings: int, delay_applied: bool, say: An
             exp -= 2 * (topo.dc(a).lan.delay_s if ha[0].role == "router" else 0)
             exp -= 2 * (topo.dc(b).lan.delay_s if hb[0].role == "router" else 0)
         say(f"ping {a}<->{b} host to host ...")
-        pr = ping(net, ha[0].name, hb[0].ip, count=pings)
-        status = ("pass" if rtt_ok(pr.min_s, exp) else "fail") if delay_applied or exp == 0 else "skipped"
+        pr, attempts = min_rtt(net, ha[0].name, hb[0].ip, exp, pings)
+        status = ("pass" if rtt_ok(pr.min_s, exp) else "fail") if applied or exp == 0 else "skipped"
         path = topo.path(a, b)
         checks.append(Check("pair_rtt", f"{a}<->{b}", exp, pr.min_s, "s",
-                            f"|min - expected| <= {RTT_ABS_TOL_S * 1e3:g} ms + {RTT_REL_TOL:.0%}", status,
+                            RTT_TOLERANCE, status,
                             {"path": path, "return_path": topo.path(b, a), "mean_s": pr.avg_s,
-                             "loss_pct": pr.loss_pct}))
+                             "loss_pct": pr.loss_pct, "attempts": attempts}))
     return checks
 
 
@@ -319,7 +354,7 @@ def format_table(checks: list[Check]) -> str:
         elif c.unit == "bit/s":
             e = "-" if c.expected is None else f"{c.expected / 1e6:.2f} Mbit/s"
             m = "-" if c.measured is None else f"{c.measured / 1e6:.2f} Mbit/s"
-            err = f"x{c.extra['ratio']:.3f}" if "ratio" in c.extra else "-"
+            err = f"x{c.extra['ratio']:.3f}" if c.extra.get("ratio") is not None else "-"
         else:
             e, m, err = "alive", c.extra.get("state", "-"), "-"
         subject = c.subject + (f" via {'-'.join(c.extra['path'])}" if c.kind == "pair_rtt" and len(c.extra["path"]) > 2 else "")
