@@ -757,6 +757,11 @@ def _plan_trees(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return list(trees)
 
 
+def _root_label(tree: dict[str, Any]) -> str:
+    """``root``, or ``root<>pair`` for a tree rooted at a link (both ends drawn as roots)."""
+    return f"{tree.get('root')}<>{tree['pair']}" if tree.get("pair") else str(tree.get("root"))
+
+
 def draw_plan(ax: Axes, plan: dict[str, Any],
               positions: dict[str, tuple[float, float]] | None = None, legend: bool = True) -> Axes:
     """A BLP plan on the DC graph: one colour and dash per aggregation tree, share per link.
@@ -766,7 +771,7 @@ def draw_plan(ax: Axes, plan: dict[str, Any],
     edge ``[u, v]`` carries that tree's share of the gradient from u to v.
     Graph links no tree uses are drawn in light grey; each tree's arcs are
     labelled with the share of the gradient that tree carries; roots have a
-    thick outline.
+    thick outline (both ends of a link root, ``"pair"``, labelled ``root<>pair``).
     """
     trees = _plan_trees(plan)
     # edges as [[u, v], ...] or the planner's own form, {"parents": {child: parent}} (reduce direction)
@@ -811,7 +816,7 @@ def draw_plan(ax: Axes, plan: dict[str, Any],
                                          linewidth=0.6 + 2.5 * share, linestyle=ls,
                                          shrinkA=shrink, shrinkB=shrink, zorder=2))
         handles.append(Line2D([], [], color=c, linewidth=1.5, linestyle=ls,
-                              label=f"tree at {t.get('root')}: {100 * share:.0f} %"))
+                              label=f"tree at {_root_label(t)}: {100 * share:.0f} %"))
     # each arc is labelled with its tree's share at the arc's midpoint (quadratic Bezier of
     # matplotlib's arc3: control point = chord midpoint + rad * (dy, -dx))
     for i, (t, es) in enumerate(zip(trees, tree_edges, strict=True)):
@@ -825,7 +830,7 @@ def draw_plan(ax: Axes, plan: dict[str, Any],
                     va="center", fontsize=6.5, color=c, zorder=4,
                     bbox={"boxstyle": "round,pad=0.12", "facecolor": "white",
                           "edgecolor": "none"})
-    roots = {str(t.get("root")) for t in trees}
+    roots = {str(t.get("root")) for t in trees} | {str(t["pair"]) for t in trees if t.get("pair")}
     for n_, (x, y) in pos.items():
         if n_ not in nodes:
             continue

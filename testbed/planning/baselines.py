@@ -21,13 +21,17 @@ Strong baselines (what a reviewer would compare BLP with):
   routers' route instead where that is faster (long widest paths cost
   latency).  Latency: with ``h`` one chunk's time over the slowest hop (its
   links' delays plus one chunk's transmission per link, leaders store and
-  forward), ``T = max(T_bw + h, 2 (n-1) h)``: every link direction streams
+  forward), ``T = max(T_bw + h - c, chain)`` (``c``: one chunk's send on
+  the fastest link, the same credit as the trees', :func:`.model.pipeline_credit`;
+  ``chain``: a chunk's trip over ``2 (n-1)`` consecutive hops, :func:`ring_chain`):
+  every link direction streams
   from the start (step 0 needs nothing), so the ring stalls only when a
-  segment takes less than ``h`` (a tree cannot start its broadcast before
+  segment takes less than a hop (a tree cannot start its broadcast before
   the first chunk has climbed, hence BLP's additive term).  Run by
   :class:`~.executor.RingRelayAllReduce`.
 * ``tree_best``: the best single aggregation tree: every spanning tree of the
-  links (up to :data:`TREE_ENUM_LIMIT` of them) hung from every root,
+  links (up to :data:`TREE_ENUM_LIMIT` of them) hung from every root (every
+  DC, and every link: the same rootings BLP chooses from),
   each costed by :func:`.model.evaluate` (bandwidth + pipeline fill, ``K``
   chunks); beyond the limit, candidates are the widest (max-bottleneck)
   tree, the least-delay tree and the least-delay tree of every root (said in
@@ -48,7 +52,7 @@ Strong baselines (what a reviewer would compare BLP with):
   unpipelined phases).
 * ``hierarchical``: reduce inside each DC, gloo's ring all-reduce among the
   DC leaders (graph order, the routers' routes), broadcast inside each DC:
-  the WAN sees the leader ring, ``2 (n-1)`` steps of one path delay each.
+  the WAN sees gloo's leader ring (:func:`_ring`).
   Run by :class:`~.executor.HierarchicalAllReduce` on collectives.
 
 References:
@@ -56,8 +60,9 @@ References:
 * ``ring``: the flat gloo ring over *all* trainer ranks (plain
   ``dist.all_reduce``), ranks numbered DC by DC in graph order (``hosts``
   node attribute, default 1 per DC).  Each of the ``N`` ring hops carries
-  ``2 (N-1)/N * S``; only hops between DCs load the WAN.  Latency: ``2 (N-1)``
-  synchronous steps, each waiting for the slowest hop's one-way path delay.
+  ``2 (N-1)/N * S``; only hops between DCs load the WAN.  Time: gloo's own
+  ring, segment by segment, with its receive-ready handshake per message
+  (:func:`_ring`): on a long hop an iteration costs a one-way delay.
 * ``ring_best``: the gloo-style leader ring in the best order over the
   routers' routes (predicted only; ``ring_relay`` is its executable,
   relaying successor).
@@ -88,6 +93,7 @@ from .model import (
     hop_edges,
     link_loads,
     payload_Bps,
+    pipeline_credit,
 )
 from .trees import (
     count_spanning_trees,
@@ -202,17 +208,52 @@ def flow_cost(graph: nx.DiGraph, flows: Sequence[tuple[str, str, float]],
     return max((ll.time_s for ll in links), default=0.0), links
 
 
+#: gloo's ring all-reduce cuts the tensor into segments of at most this many bytes (``kMaxSegmentSize``).
+GLOO_MAX_SEGMENT_BYTES = 1 << 20
+
+
+def gloo_segments(size: int, n: int) -> int:
+    """Segments gloo's ring cuts ``size`` bytes into for ``n`` ranks: >= 2 per rank, <= 1 MiB each, n | count."""
+    want = max(math.ceil(size / GLOO_MAX_SEGMENT_BYTES), 2 * n)
+    return -(-want // n) * n
+
+
 def _ring(graph: nx.DiGraph, size: int, ranks: Sequence[str], path: PathFn, name: str, detail: str) -> SchemeCost:
+    """gloo's ring all-reduce (``gloo/allreduce.cc``, what ``dist.all_reduce`` runs on CPU tensors).
+
+    The tensor is cut into ``m`` segments (:func:`gloo_segments`, ``m/n`` per
+    rank); each phase (reduce-scatter, all-gather) takes ``m - m/n``
+    iterations, in each of which every rank sends one segment to its ring
+    neighbour and receives one, with two operations in flight (an iteration
+    waits for the receive posted two iterations before).  gloo's TCP pair
+    sends a message only after the receiver's ready notice has arrived
+    (``Pair::send`` waits for ``handleRemotePendingRecv``), so on a hop of
+    one-way delay ``d`` and payload rate ``B`` two iterations take at least
+    ``2 d + seg/B``.  An iteration takes ``tau = max(bandwidth, d + seg/(2 B))``
+    over the hops (the bandwidth part from every link direction's load per
+    iteration, hops that share a link counted together), and
+    ``T = 2 (m - m/n) tau + d + seg/B`` (the last segment's trip) on the
+    slowest hop.  Hops inside a DC (flat ring) are taken as free.
+    """
     n = len(ranks)
     if n <= 1 or len(set(ranks)) == 1:
         return SchemeCost(name, 0.0, 0.0, 0.0, flow_cost(graph, [], path)[1], detail)
-    per_hop = 2.0 * (n - 1) / n * size
-    hops = [(ranks[i], ranks[(i + 1) % n]) for i in range(n)]
-    flows = [(a, b, per_hop) for a, b in hops if a != b]
+    m = gloo_segments(size, n)
+    iters = 2 * (m - m // n)
+    seg = size / m
+    # gloo's rank r receives from r + 1 and sends to r - 1
+    hops = [(ranks[i], ranks[i - 1]) for i in range(n)]
+    flows = [(a, b, iters * seg) for a, b in hops if a != b]
     bw, links = flow_cost(graph, flows, path)
-    step = max(_path_delay(graph, path, a, b) for a, b, _ in flows)
-    lat = 2 * (n - 1) * step
-    return SchemeCost(name, bw + lat, bw, lat, links, detail)
+    tau, tail = bw / iters, 0.0
+    for a, b, _ in flows:
+        d = _path_delay(graph, path, a, b)
+        rate = min(capacity_Bps(graph, *e) for e in hop_edges(graph, path, a, b))
+        tau = max(tau, d + seg / (2 * rate))
+        tail = max(tail, d + seg / rate)
+    total = iters * tau + tail
+    return SchemeCost(name, total, bw, total - bw, links,
+                      f"{detail}; gloo ring: {m} segments of {seg / 1e6:.3g} MB, {iters} iterations")
 
 
 def ring_cost(graph: nx.DiGraph, size_bytes: int, *, order: Sequence[str] | None = None,
@@ -284,6 +325,19 @@ def ring_segments(n: int, chunks: int) -> int:
     return max(1, math.ceil(chunks / max(1, n)))
 
 
+def ring_chain(hop_times: Sequence[float]) -> float:
+    """The ring's dependency chain: a chunk crosses ``2 (n-1)`` consecutive hops, from the worst start.
+
+    Chunk ``j`` of step ``s`` leaves ring position ``p`` once chunk ``j`` of
+    step ``s - 1`` has arrived from ``p - 1``, so one chunk's path through the
+    whole all-reduce is ``2 (n-1)`` consecutive hops around the ring
+    (``hop_times`` in ring order), not ``2 (n-1)`` times the slowest hop.
+    """
+    n = len(hop_times)
+    steps = 2 * (n - 1)
+    return max(sum(hop_times[(p + s) % n] for s in range(steps)) for p in range(n)) if n > 1 else 0.0
+
+
 def _relay_ring(graph: nx.DiGraph, size: int, order: Sequence[str], routes: dict[tuple[str, str], tuple[str, ...]],
                 chunks: int, net: PathFn, detail: str) -> SchemeCost:
     """Cost of one relayed ring; every leader-to-leader leg ``(x, y)`` of a route crosses ``net(x, y)``."""
@@ -295,9 +349,11 @@ def _relay_ring(graph: nx.DiGraph, size: int, order: Sequence[str], routes: dict
     c = ring_segments(n, chunks)
     chunk = size / n / c
     # one chunk's time over a hop: every link's delay plus its transmission (leaders store and forward)
-    step = max(sum(graph.edges[e].get("delay_s", 0.0) + chunk / capacity_Bps(graph, *e)
-                   for x, y in zip(routes[h], routes[h][1:]) for e in hop_edges(graph, net, x, y)) for h in hops)
-    total = max(bw + step, 2 * (n - 1) * step)
+    hop_links = {h: [e for x, y in zip(routes[h], routes[h][1:]) for e in hop_edges(graph, net, x, y)] for h in hops}
+    times = [sum(graph.edges[e].get("delay_s", 0.0) + chunk / capacity_Bps(graph, *e) for e in hop_links[h])
+             for h in hops]
+    fastest = min(chunk / capacity_Bps(graph, *e) for es in hop_links.values() for e in es)
+    total = max(bw + max(times) - pipeline_credit(fastest), ring_chain(times))
     return SchemeCost("ring_relay", total, bw, total - bw, links, detail, ring=tuple(order),
                       routes={h: routes[h] for h in hops}, chunks=c, executor="RingRelayAllReduce")
 
@@ -313,7 +369,7 @@ def ring_relay_cost(graph: nx.DiGraph, size_bytes: int, *, chunks: int | None = 
     loads are those the network will see.  Latency: the ring
     is chunk-pipelined and every link direction streams from the start, so it
     stalls only while a step's segment is shorter than one chunk's hop time
-    ``h``: ``T = max(T_bw + h, 2 (n-1) h)``.
+    ``h``: ``T = max(T_bw + h - c, chain)`` (see the module docstring).
     """
     size = check_size(size_bytes)
     check_graph(graph)
@@ -333,27 +389,29 @@ def ring_relay_cost(graph: nx.DiGraph, size_bytes: int, *, chunks: int | None = 
 
     inv_cap = np.array([1.0 / capacity_Bps(graph, *e) for e in graph.edges])
 
-    def leg_cost(route: tuple[str, ...]) -> tuple[np.ndarray, float]:
-        """Seconds per link direction the hop's traffic adds, and one chunk's time over the hop."""
+    def leg_cost(route: tuple[str, ...]) -> tuple[np.ndarray, float, float]:
+        """Seconds per link direction the hop's traffic adds, one chunk's time over the hop, its fastest send."""
         vec = np.zeros(len(index))
         lat = 0.0
+        fastest = math.inf
         for x, y in zip(route, route[1:]):
             for e in hop_edges(graph, near, x, y):
                 vec[index[e]] += per_hop * inv_cap[index[e]]
                 lat += graph.edges[e].get("delay_s", 0.0) + chunk * inv_cap[index[e]]
-        return vec, lat
+                fastest = min(fastest, chunk * inv_cap[index[e]])
+        return vec, lat, fastest
 
-    options: dict[tuple[str, str], list[tuple[tuple[str, ...], np.ndarray, float]]] = {}
+    options: dict[tuple[str, str], list[tuple[tuple[str, ...], np.ndarray, float, float]]] = {}
     for a in nodes:
         for b in nodes:
             if a != b:
                 routes_ab = list(dict.fromkeys([tuple(wide(a, b)), tuple(near(a, b))]))
                 options[(a, b)] = [(r, *leg_cost(r)) for r in routes_ab]
 
-    def total(choice: list[tuple[tuple[str, ...], np.ndarray, float]]) -> float:
+    def total(choice: list[tuple[tuple[str, ...], np.ndarray, float, float]]) -> float:
         bw = float(np.sum([c[1] for c in choice], axis=0).max(initial=0.0))
         step = max(c[2] for c in choice)
-        return max(bw + step, 2 * (n - 1) * step)
+        return max(bw + step - pipeline_credit(min(c[3] for c in choice)), ring_chain([c[2] for c in choice]))
 
     best_t, best_order, best_routes = math.inf, orders[0], {}
     for order in orders:
@@ -412,7 +470,7 @@ def tree_best_cost(graph: nx.DiGraph, size_bytes: int, *, chunks: int | None = N
     total = count_spanning_trees(nodes, links)
     if total <= enum_limit:
         keys = enumerate_spanning_trees(nodes, links)
-        how = f"best of all {len(keys)} spanning trees x {len(nodes)} roots"
+        how = f"best of all {len(keys)} spanning trees x every root (DC or link)"
     else:
         caps = [min(capacity_Bps(graph, u, v), capacity_Bps(graph, v, u)) for u, v in links]
         delays = [graph.edges[u, v].get("delay_s", 0.0) + graph.edges[v, u].get("delay_s", 0.0) for u, v in links]
@@ -421,18 +479,20 @@ def tree_best_cost(graph: nx.DiGraph, size_bytes: int, *, chunks: int | None = N
         cands += [shortest_path_tree(graph, links, r) for r in nodes]
         keys = list(dict.fromkeys(cands))
         how = (f"{total} spanning trees exceed the limit {enum_limit}: best of {len(keys)} candidates "
-               "(widest tree, least-delay tree, least-delay tree of every root) x roots")
+               "(widest tree, least-delay tree, least-delay tree of every root) x every root (DC or link)")
     best: tuple[float, Tree] | None = None
     for key in keys:
         for root in nodes:
-            t = Tree(root, orient(nodes, links, key, root), 1.0, k)
-            c = evaluate(graph, [t], size, path).time_s
-            if best is None or c < best[0] - 1e-12:
-                best = (c, t)
+            parents = orient(nodes, links, key, root)
+            for pair in [None, *sorted(c for c, p in parents.items() if p == root)]:
+                t = Tree(root, parents, 1.0, k, pair=pair)
+                c = evaluate(graph, [t], size, path).time_s
+                if best is None or c < best[0] - 1e-12:
+                    best = (c, t)
     assert best is not None
     t = best[1]
     edges = ", ".join(f"{a}->{b}" for a, b in t.edges)
-    return _trees_cost("tree_best", graph, size, [t], k, path, f"root {t.root}: {edges} ({how})", "tree_best")
+    return _trees_cost("tree_best", graph, size, [t], k, path, f"root {t.label()}: {edges} ({how})", "tree_best")
 
 
 def blink_cost(graph: nx.DiGraph, size_bytes: int, *, chunks: int | None = None,

@@ -122,10 +122,13 @@ def render(name: str, plan: Plan, base: dict[str, SchemeCost], warnings: list[st
              f"solver {plan.solver}"]
     lines += [f"  {n}" for n in plan.notes]
     lines.append("")
-    lines.append(f"  {'tree':<5}{'root':<10}{'share':>8}{'chunks':>8}  {'latency':>10}  edges (child->parent)")
+    width = max([10, *(len(t.label()) + 2 for t in plan.trees)])
+    lines.append(f"  {'tree':<5}{'root':<{width}}{'share':>8}{'chunks':>8}  {'latency':>10}  edges (child->parent)")
     for i, (t, lat) in enumerate(zip(plan.trees, c.tree_latency_s)):
         edges = ", ".join(f"{a}->{b}" for a, b in t.edges) or "-"
-        lines.append(f"  {i:<5}{t.root:<10}{t.share * 100:>7.1f}%{t.chunks:>8}  {_secs(lat):>10}  {edges}")
+        lines.append(f"  {i:<5}{t.label():<{width}}{t.share * 100:>7.1f}%{t.chunks:>8}  {_secs(lat):>10}  {edges}")
+    if any(t.pair for t in plan.trees):
+        lines.append("  (a<>b: rooted at the link a-b; both ends exchange their sides' partial sums over it)")
     lines.append("")
     lines.append(f"  predicted: {_secs(c.time_s)} = bandwidth {_secs(c.bandwidth_time_s)}"
                  f" + latency/pipeline fill {_secs(c.latency_time_s)}")

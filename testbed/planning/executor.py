@@ -10,7 +10,9 @@
    towards the root (a leader waits for chunk ``i`` from each child, adds it to
    its own, sends the partial sum to its parent) and the root's total is
    broadcast back down the same tree; chunks are pipelined: chunk ``i+1``
-   climbs while chunk ``i`` descends;
+   climbs while chunk ``i`` descends.  A tree rooted at a link (``pair``)
+   reduces towards both ends of the link, which exchange their sides'
+   partial sums and add them (the same IEEE sum at both ends), then broadcast;
 3. intra-DC broadcast from the leader.
 
 The result is the **sum** over all participating ranks (``average=True``
@@ -62,6 +64,7 @@ back).
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -154,6 +157,8 @@ class _LeaderScheme:
         self.members = sorted(r for r, d in self.dc_of_rank.items() if d == self.dc)
         self.is_leader = self.leaders[self.dc] == rank
         self.world = len(self.dc_of_rank)
+        #: Seconds this rank spent in each phase of its last call (intra-DC reduce, WAN phase, intra-DC broadcast).
+        self.last_phases: dict[str, float] = {}
 
     # ------------------------------------------------------------ public
     def __call__(self, tensor: torch.Tensor) -> dict[int, int]:
@@ -170,12 +175,17 @@ class _LeaderScheme:
     # ------------------------------------------------------------ phases
     def _run(self, flat: torch.Tensor) -> dict[int, int]:
         sent: dict[int, int] = {}
+        t0 = time.monotonic()
         self._intra_reduce(flat, sent)
+        t1 = time.monotonic()
         if self.is_leader and len(self.dcs) > 1:
             self._leaders(flat, sent)
+        t2 = time.monotonic()
         self._intra_broadcast(flat, sent)
+        t3 = time.monotonic()
         if self.average:
             flat.div_(self.world)
+        self.last_phases = {"intra_reduce": t1 - t0, "wan": t2 - t1, "intra_broadcast": t3 - t2}
         return sent
 
     def _leaders(self, flat: torch.Tensor, sent: dict[int, int]) -> None:
@@ -275,18 +285,30 @@ class BlpAllReduce(_LeaderScheme):
                 continue
             kids = self._children[k].get(me, [])
             parent = tree.parents.get(me)
-            jobs.append(_bind(self._up, flat, k, chunks, kids, parent, sent))
+            if tree.pair is not None and me in (tree.root, tree.pair):
+                # a link root: each end is the top of its own side and exchanges with the other
+                partner = tree.pair if me == tree.root else tree.root
+                kids = [c for c in kids if c != tree.pair]
+                ready = threading.Semaphore(0)
+                jobs.append(_bind(self._up, flat, k, chunks, kids, None, (partner, ready), sent))
+                jobs.append(_bind(self._down, flat, k, chunks, kids, partner, sent, ready))
+                continue
+            jobs.append(_bind(self._up, flat, k, chunks, kids, parent, None, sent))
             if parent is not None:
                 jobs.append(_bind(self._down, flat, k, chunks, kids, parent, sent))
         _run_threads(jobs)
 
     def _up(self, flat: torch.Tensor, k: int, chunks: list[tuple[int, int]], kids: list[str],
-            parent: str | None, sent: dict[int, int]) -> None:
+            parent: str | None, link: tuple[str, threading.Semaphore] | None, sent: dict[int, int]) -> None:
         """Reduce direction of tree ``k`` at this leader.
 
         Chunk ``i``: add the children's partial sums into this rank's slice (in
         place: the final value later overwrites it) and send it to the parent;
-        at the root the slice is then final and goes down to the children.
+        at the root the slice is then final and goes down to the children.  At
+        an end of a link root (``link``: the other end and a semaphore), the
+        side's partial sum goes to the other end as a copy (the slice is added
+        to later) and the semaphore tells :meth:`_down` that chunk ``i``
+        of this side is complete.
         """
         w = self.window
         recvs: dict[str, deque[tuple[Any, torch.Tensor]]] = {c: deque() for c in kids}
@@ -307,7 +329,12 @@ class BlpAllReduce(_LeaderScheme):
                 acc.add_(buf)
             if i + w < len(chunks):
                 post(i + w)
-            if parent is None:
+            if link is not None:
+                partner, ready = link
+                to_down = self.dc == self.plan.trees[k].root  # the root sends on the broadcast tag
+                sends.append(self._isend(acc.clone(), partner, self._tag(k, i, to_down), sent))
+                ready.release()
+            elif parent is None:
                 for c in kids:
                     sends.append(self._isend(acc, c, self._tag(k, i, True), sent))
             else:
@@ -316,21 +343,36 @@ class BlpAllReduce(_LeaderScheme):
         _drain(sends, 0)
 
     def _down(self, flat: torch.Tensor, k: int, chunks: list[tuple[int, int]], kids: list[str],
-              parent: str, sent: dict[int, int]) -> None:
-        """Broadcast direction of tree ``k`` at a non-root leader: receive each final chunk, pass it on."""
+              parent: str, sent: dict[int, int], ready: threading.Semaphore | None = None) -> None:
+        """Broadcast direction of tree ``k``: receive each final chunk from ``parent``, pass it on to ``kids``.
+
+        At an end of a link root (``ready`` given, ``parent`` = the other end)
+        the chunk received is the other side's partial sum: it is added to
+        this side's, once :meth:`_up` has released chunk ``i`` of this side;
+        ``A + B`` here and ``B + A`` at the other end are the same IEEE sum, so
+        both sides broadcast identical bits.  Its own thread either way, so a
+        side never waits a link delay per chunk for the other's.  The root
+        receives on the reduce tag (the pair sends as a child does), everyone
+        else on the broadcast tag.
+        """
         w = self.window
+        on_down_tag = self.dc != self.plan.trees[k].root
         recvs: deque[tuple[Any, torch.Tensor]] = deque()
 
         def post(i: int) -> None:
             a, b = chunks[i]
-            recvs.append(self._irecv(flat[a:b], parent, self._tag(k, i, True)))
+            into = flat[a:b] if ready is None else torch.empty(b - a, dtype=flat.dtype)
+            recvs.append(self._irecv(into, parent, self._tag(k, i, on_down_tag)))
 
         for i in range(min(w, len(chunks))):
             post(i)
         sends: deque[tuple[Any, torch.Tensor]] = deque()
         for i, (a, b) in enumerate(chunks):
-            work, _ = recvs.popleft()
+            work, buf = recvs.popleft()
             work.wait()
+            if ready is not None:
+                ready.acquire()
+                flat[a:b].add_(buf)
             if i + w < len(chunks):
                 post(i + w)
             for c in kids:

@@ -10,6 +10,16 @@ adds its children's partial sums to its own slice and sends the result to its
 parent) and the root's total is broadcast back down the same tree.  The trees
 run concurrently.
 
+A tree may instead be rooted at a *link* (``pair``: a child of ``root``):
+the root's side and the pair's subtree each reduce towards their end of the
+link, the two ends exchange their sides' partial sums over it (``A`` one way,
+``B`` the other, the same bytes a DC root's reduce and broadcast put on that
+link), both add (``A + B`` at one end, ``B + A`` at the other: IEEE addition
+is commutative, so every DC still ends with bit-identical sums) and each
+broadcasts down its own side.  The planner picks whichever rooting has the
+lower latency term; on two DCs the link root is the direct exchange, which
+needs one crossing of the link where a DC root needs two.
+
 Cost model (the one the planner minimises and reports):
 
 * Load.  In tree ``k`` every tree edge ``{u, v}`` (``v`` the parent) carries
@@ -27,8 +37,12 @@ Cost model (the one the planner minimises and reports):
   from ``v`` to the root, the one-way delay plus the time to send one chunk at
   that hop's rate, and ``down_k(v)`` the same from the root down to ``v``:
   the last chunk cannot be complete everywhere before it has climbed the
-  deepest branch and come down again.  It overcounts by about one chunk time,
-  which is small with many chunks.
+  deepest branch and come down again.  For a link root: each side's deepest
+  climb to its end, the crossing of the link (the other side's climb plus
+  one hop, whichever is later), then that side's deepest descent; the slower
+  side counts.  The bottleneck's transmission of the last chunk is also in
+  ``T_bw``, so one chunk time comes off (:func:`pipeline_credit`): the
+  fastest link's, which keeps the term an upper bound and is exact on one link.
 * ``T = T_bw + T_lat``.  LAN phases (intra-DC reduce/broadcast) and compute
   are not modelled; TCP effects (slow start, loss) are not modelled.
 * TCP/IP overhead: a shaped link of ``rate_bps`` carries tensor payload at
@@ -52,6 +66,8 @@ from pydantic import Field
 
 from traffic_control.errors import ValidationError
 from traffic_control.fields import SpecModel, unit_field, validate
+
+from .trees import rooted_latency
 
 #: A route: ``path(src, dst)`` is the list of DCs traffic from ``src`` to ``dst`` crosses.
 PathFn = Callable[[str, str], Sequence[str]]
@@ -181,12 +197,19 @@ def hop_edges(graph: nx.DiGraph, path: PathFn, src: str, dst: str, field_name: s
 # ------------------------------------------------------------------ plan types
 @dataclass(frozen=True)
 class Tree:
-    """One aggregation tree: ``parents`` maps every non-root DC to its parent."""
+    """One aggregation tree: ``parents`` maps every non-root DC to its parent.
+
+    ``pair``: when set (a child of ``root``), the tree is rooted at the link
+    ``root``-``pair`` rather than at ``root`` (module docstring): ``pair``'s
+    subtree reduces towards ``pair``, the rest towards ``root``, and the two
+    exchange their partial sums over the link.
+    """
 
     root: str
     parents: Mapping[str, str]
     share: float
     chunks: int = 1
+    pair: str | None = None
 
     @property
     def edges(self) -> list[tuple[str, str]]:
@@ -210,9 +233,22 @@ class Tree:
                 raise ValueError("cycle")
         return out
 
+    def side(self, dc: str) -> str:
+        """The DC whose total ``dc`` receives: ``root``, or ``pair`` for a DC in the pair's subtree."""
+        if self.pair is not None and self.pair in self.path_to_root(dc):
+            return self.pair
+        return self.root
+
+    def label(self) -> str:
+        """``root``, or ``root<>pair`` for a link root."""
+        return self.root if self.pair is None else f"{self.root}<>{self.pair}"
+
     def to_dict(self) -> dict[str, Any]:
-        return {"root": self.root, "parents": dict(sorted(self.parents.items())),
-                "share": self.share, "chunks": self.chunks}
+        out: dict[str, Any] = {"root": self.root, "parents": dict(sorted(self.parents.items())),
+                               "share": self.share, "chunks": self.chunks}
+        if self.pair is not None:
+            out["pair"] = self.pair
+        return out
 
 
 @dataclass(frozen=True)
@@ -314,6 +350,8 @@ class TreeSpec(SpecModel):
     """child DC -> parent DC, for every DC but the root"""
     share: _Finite = unit_field(..., ge=0, fix="the fraction of the gradient this tree carries")
     chunks: int = unit_field(1, ge=1, fix="write an integer >= 1")
+    pair: str | None = unit_field(None, fix="name a child of the root (the link root's other end), or leave it out")
+    """root the tree at the link root-pair instead of at root (a child of root)"""
     latency_s: float = 0.0
     """as written by blp-plan (informational)"""
 
@@ -348,7 +386,8 @@ def _plan_from_dict(data: Any, f: str) -> Plan:
     if "plan" in data and "trees" not in data and isinstance(data["plan"], dict):
         data = data["plan"]  # the CLI's --json output wraps the plan with the baselines
     m = validate(PlanSpec, data, f)
-    trees = tuple(Tree(root=t.root, parents=dict(t.parents), share=float(t.share), chunks=t.chunks) for t in m.trees)
+    trees = tuple(Tree(root=t.root, parents=dict(t.parents), share=float(t.share), chunks=t.chunks, pair=t.pair)
+                  for t in m.trees)
     links = tuple(LinkLoad(ll.src, ll.dst, float(ll.bytes), float(ll.rate_bps), float(ll.time_s)) for ll in m.links)
     cost = PlanCost(float(m.bandwidth_time_s), float(m.latency_time_s), tuple(float(t.latency_s) for t in m.trees),
                     links)
@@ -405,6 +444,9 @@ def validate_plan(plan: Plan, graph: nx.DiGraph, field_name: str = "plan") -> No
                     raise ValidationError(f"{tf}.parents.{dc}", f"parents form a cycle through {cur!r}",
                                           "every DC's parent chain must end at the root")
                 seen.add(cur)
+        if t.pair is not None and t.parents.get(t.pair) != t.root:
+            raise ValidationError(f"{tf}.pair", f"pair {t.pair!r} is not a child of the root {t.root!r}",
+                                  "name a DC whose parent is the root (the link root's other end), or drop pair")
         if not (t.share >= 0 and math.isfinite(t.share)):
             raise ValidationError(f"{tf}.share", f"share must be >= 0, got {t.share!r}", "give a fraction in [0, 1]")
         if t.share > 0 and t.chunks < 1:
@@ -435,31 +477,36 @@ def route_mismatches(plan: Plan, path: PathFn) -> list[str]:
 
 # ------------------------------------------------------------------ cost model
 def tree_latency(graph: nx.DiGraph, tree: Tree, chunk_bytes: float, path: PathFn = direct_path) -> float:
-    """Pipeline-fill term of one tree: deepest climb plus deepest descent of one chunk."""
+    """Pipeline-fill term of one tree: deepest climb plus deepest descent of one chunk (module docstring)."""
     if not tree.parents:
         return 0.0
+    adj: dict[str, list[str]] = {v: [] for v in [tree.root, *tree.parents]}
+    hop: dict[tuple[str, str], float] = {}
+    fastest = math.inf
+    for c, p in tree.parents.items():
+        adj[c].append(p)
+        adj[p].append(c)
+        for a, b in ((c, p), (p, c)):
+            t = 0.0
+            for x, y in hop_edges(graph, path, a, b):
+                send = chunk_bytes / capacity_Bps(graph, x, y)
+                t += graph.edges[x, y].get("delay_s", 0.0) + send
+                fastest = min(fastest, send)
+            hop[(a, b)] = t
+    return rooted_latency(adj, tree.root, hop, tree.pair) - pipeline_credit(fastest)
 
-    def hop(a: str, b: str) -> float:
-        return sum(graph.edges[x, y].get("delay_s", 0.0) + chunk_bytes / capacity_Bps(graph, x, y)
-                   for x, y in hop_edges(graph, path, a, b))
 
-    up: dict[str, float] = {tree.root: 0.0}
-    down: dict[str, float] = {tree.root: 0.0}
+def pipeline_credit(fastest_send_s: float) -> float:
+    """What a pipelined chunk stream's fill term gives back: one chunk's send on the tree's fastest link.
 
-    def resolve(dc: str) -> None:
-        chain = []
-        cur = dc
-        while cur not in up:
-            chain.append(cur)
-            cur = tree.parents[cur]
-        for c in reversed(chain):
-            p = tree.parents[c]
-            up[c] = up[p] + hop(c, p)
-            down[c] = down[p] + hop(p, c)
-
-    for dc in tree.parents:
-        resolve(dc)
-    return max(up.values()) + max(down.values())
+    A stream of ``K`` chunks through hops of rates ``B_h`` and delays ``d_h``
+    delivers its last chunk at ``sum_h (d_h + c/B_h) + (K-1) c/B_min``; the
+    bandwidth term already holds ``K c/B_min``, so the fill is the chain's
+    chunk trip less one chunk time of its slowest hop.  The chain is not
+    tracked, so the credit is the fastest hop's chunk time, which never
+    exceeds the slowest's: the term stays an upper bound, exact on one link.
+    """
+    return fastest_send_s if math.isfinite(fastest_send_s) else 0.0
 
 
 def tree_link_use(graph: nx.DiGraph, tree: Tree | Iterable[tuple[str, str]],

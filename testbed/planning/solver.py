@@ -62,6 +62,7 @@ from .model import (
     direct_path,
     evaluate,
     hop_edges,
+    pipeline_credit,
 )
 from .trees import (
     TreeKey,
@@ -90,18 +91,22 @@ class _Problem:
     rows: list[tuple[str, str]]          # link directions with finite capacity
     link_rows: np.ndarray                # (links, rows): seconds per unit share a tree edge adds
     hop: dict[tuple[str, str], float]    # one chunk's time from a to b (adjacent DCs)
+    send: np.ndarray                     # per link: the least time to send one chunk over any of its routes' links
     keys: list[TreeKey]
     roots: list[str]
+    pairs: list[str | None]
     lats: list[float]
     cols: list[np.ndarray]
 
     def add(self, key: TreeKey) -> int | None:
         if key in self._index:
             return None
-        root, lat = best_root(self.nodes, self.links, key, self.hop)
+        root, pair, lat = best_root(self.nodes, self.links, key, self.hop)
+        lat -= pipeline_credit(float(self.send[list(key)].min(initial=math.inf)))
         self._index[key] = len(self.keys)
         self.keys.append(key)
         self.roots.append(root)
+        self.pairs.append(pair)
         self.lats.append(lat)
         self.cols.append(self.link_rows[list(key)].sum(axis=0) if key else np.zeros(len(self.rows)))
         return self._index[key]
@@ -126,16 +131,18 @@ def _build(graph: nx.DiGraph, size: int, chunk_bytes: float, path: PathFn) -> _P
     row_index = {e: i for i, e in enumerate(rows)}
     link_rows = np.zeros((len(links), len(rows)))
     hop: dict[tuple[str, str], float] = {}
+    send = np.full(len(links), math.inf)
     for j, (u, v) in enumerate(links):
         for a, b in ((u, v), (v, u)):
             t = 0.0
             for e in hop_edges(graph, path, a, b, "path"):
                 cap = capacity_Bps(graph, *e)
                 t += graph.edges[e].get("delay_s", 0.0) + chunk_bytes / cap
+                send[j] = min(send[j], chunk_bytes / cap)
                 if e in row_index:
                     link_rows[j, row_index[e]] += size / cap
             hop[(a, b)] = t
-    return _Problem(graph, nodes, links, rows, link_rows, hop, [], [], [], [])
+    return _Problem(graph, nodes, links, rows, link_rows, hop, send, [], [], [], [], [])
 
 
 def _solve_lp(prob: _Problem, cols: list[int]) -> _LPResult:
@@ -292,6 +299,12 @@ def _round_shares(lp: _LPResult, chunks: int) -> dict[int, int]:
     return {c: n for c, n in counts.items() if n > 0}
 
 
+def _tree(prob: _Problem, c: int, share: float, chunks: int) -> Tree:
+    """Candidate ``c`` as a plan tree, hung from its best root (a DC or a link)."""
+    root = prob.roots[c]
+    return Tree(root, orient(prob.nodes, prob.links, prob.keys[c], root), share, chunks, pair=prob.pairs[c])
+
+
 def plan_blp(graph: nx.DiGraph, size_bytes: int, *, chunks: int | None = None, mip: bool = False,
              path: PathFn | None = None, enum_limit: int = ENUM_LIMIT, time_limit_s: float = 10.0,
              bandwidth_only: bool = False) -> Plan:
@@ -341,8 +354,7 @@ def plan_blp(graph: nx.DiGraph, size_bytes: int, *, chunks: int | None = None, m
         best, levels, memo = _budget_search(prob)
     if mip:
         counts, solver = _mip(prob, chunks, levels, memo, max(1.0, deadline - time.monotonic()))
-        trees = [Tree(prob.roots[c], orient(nodes, prob.links, prob.keys[c], prob.roots[c]), n / chunks, n)
-                 for c, n in sorted(counts.items())]
+        trees = [_tree(prob, c, n / chunks, n) for c, n in sorted(counts.items())]
     else:
         solver = "lp"
         total = float(sum(x for x in best.x if x > 1e-9))
@@ -350,8 +362,7 @@ def plan_blp(graph: nx.DiGraph, size_bytes: int, *, chunks: int | None = None, m
         for c, x in zip(best.cols, best.x):
             if x > 1e-9:
                 share = float(x / total)
-                trees.append(Tree(prob.roots[c], orient(nodes, prob.links, prob.keys[c], prob.roots[c]),
-                                  share, max(1, math.ceil(share * chunks - 1e-6))))
+                trees.append(_tree(prob, c, share, max(1, math.ceil(share * chunks - 1e-6))))
     notes.append(f"candidates: {how}; {len(memo)} LPs solved")
     cost: PlanCost = evaluate(graph, trees, size, path)
     return Plan(tuple(nodes), size, tuple(trees), chunks, solver, cost, tuple(notes))

@@ -2,8 +2,9 @@
 
 A BLP tree's link load does not depend on its root (every tree edge carries
 the tree's share once up and once down), so candidate trees are *undirected*
-spanning trees of the links usable in both directions; the root is chosen
-afterwards to minimise the tree's pipeline-fill latency.  Small graphs
+spanning trees of the links usable in both directions; the root (a DC, or a
+link whose two ends exchange their sides' partial sums) is chosen afterwards
+to minimise the tree's pipeline-fill latency.  Small graphs
 (up to a few thousand spanning trees: 6-8 DCs that are not a full mesh) are
 enumerated exhaustively, which makes the planner exact there; larger ones
 fall back to column generation (:mod:`.solver`), whose pricing step is
@@ -148,37 +149,61 @@ def orient(nodes: Sequence[str], links: Sequence[tuple[str, str]], key: TreeKey,
     return parents
 
 
-def rooted_latency(adj: dict[str, list[str]], root: str, hop: dict[tuple[str, str], float]) -> float:
-    """Latency term of a tree hung from ``root``: deepest climb + deepest descent.
+def _climb(adj: dict[str, list[str]], start: str, hop: dict[tuple[str, str], float],
+           blocked: str | None = None) -> tuple[float, float]:
+    """Deepest climb to ``start`` and deepest descent from it, over the tree without ``blocked``'s side."""
+    up = {start: 0.0}
+    down = {start: 0.0}
+    stack = [start]
+    while stack:
+        cur = stack.pop()
+        for nb in adj[cur]:
+            if nb not in up and nb != blocked:
+                up[nb] = up[cur] + hop[(nb, cur)]
+                down[nb] = down[cur] + hop[(cur, nb)]
+                stack.append(nb)
+    return max(up.values()), max(down.values())
 
+
+def rooted_latency(adj: dict[str, list[str]], root: str, hop: dict[tuple[str, str], float],
+                   pair: str | None = None) -> float:
+    """Latency term of a tree hung from ``root`` (or from the link ``root``-``pair``).
+
+    Rooted at a DC: deepest climb + deepest descent.  Rooted at a link (see
+    :class:`testbed.planning.model.Tree`, ``pair``): each side climbs to its
+    end of the link, the two ends exchange their sides' partial sums over it,
+    and each descends its own side; the slower side's total counts.
     ``hop[(a, b)]`` is the time one chunk needs from ``a`` to ``b`` (delays and
     per-hop chunk transmission along the route); same quantity as
     :func:`testbed.planning.model.tree_latency`, precomputed for speed.
     """
-    up = {root: 0.0}
-    down = {root: 0.0}
-    stack = [root]
-    while stack:
-        cur = stack.pop()
-        for nb in adj[cur]:
-            if nb not in up:
-                up[nb] = up[cur] + hop[(nb, cur)]
-                down[nb] = down[cur] + hop[(cur, nb)]
-                stack.append(nb)
-    return max(up.values()) + max(down.values())
+    if pair is None:
+        up, down = _climb(adj, root, hop)
+        return up + down
+    up_a, down_a = _climb(adj, root, hop, blocked=pair)
+    up_b, down_b = _climb(adj, pair, hop, blocked=root)
+    at_root = max(up_a, up_b + hop[(pair, root)])
+    at_pair = max(up_b, up_a + hop[(root, pair)])
+    return max(at_root + down_a, at_pair + down_b)
 
 
 def best_root(nodes: Sequence[str], links: Sequence[tuple[str, str]], key: TreeKey,
-              hop: dict[tuple[str, str], float]) -> tuple[str, float]:
-    """The root minimising the tree's latency term; ties go to the first DC in ``nodes``."""
+              hop: dict[tuple[str, str], float]) -> tuple[str, str | None, float]:
+    """The root (a DC, or a link: ``(root, pair)``) minimising the tree's latency term.
+
+    DCs are tried first, in ``nodes`` order, then the tree's links in link
+    order; ties keep the earlier candidate, so a DC root wins a tie with a link.
+    """
     adj: dict[str, list[str]] = {v: [] for v in nodes}
     for j in key:
         u, v = links[j]
         adj[u].append(v)
         adj[v].append(u)
-    best_r, best_lat = nodes[0], float("inf")
-    for root in nodes:
-        lat = rooted_latency(adj, root, hop)
-        if lat < best_lat - 1e-12:
-            best_r, best_lat = root, lat
-    return best_r, best_lat
+    best: tuple[str, str | None, float] = (nodes[0], None, float("inf"))
+    candidates: list[tuple[str, str | None]] = [(r, None) for r in nodes]
+    candidates += [links[j] for j in key]
+    for root, pair in candidates:
+        lat = rooted_latency(adj, root, hop, pair)
+        if lat < best[2] - 1e-12:
+            best = (root, pair, lat)
+    return best

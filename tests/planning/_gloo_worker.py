@@ -2,7 +2,8 @@
 
 Spawned by :mod:`tests.planning.test_executor`; every scenario runs
 ``dist.all_reduce`` for the reference and the scheme's executor twice (the
-second call checks that an instance can be reused): :class:`BlpAllReduce` on
+second call checks that an instance can be reused), and checks that every
+rank ends with bit-identical results: :class:`BlpAllReduce` on
 the scenario's plan, or the baseline named by ``opts["scheme"]`` (a spec of
 :func:`testbed.planning.bench.executable_specs`: ``RingRelayAllReduce``,
 ``HierarchicalAllReduce``).  At the end the benchmark helper runs once on the
@@ -100,6 +101,10 @@ def run_scenarios(rank: int, port: int, scenarios: list, errfile: str, bench_sch
                 y = x.clone()
                 sent = op(y)
                 torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+                # every rank ends with the same bits (link roots: A + B at one end, B + A at the other)
+                every = [torch.empty_like(y) for _ in range(WORLD)]
+                dist.all_gather(every, y)
+                assert all(torch.equal(every[0], e) for e in every), f"{name}: ranks' results differ in their bits"
             if opts.get("bytes"):
                 me = dc_of_rank[rank]
                 scheme = opts.get("scheme")

@@ -6,7 +6,9 @@ collective intra-DC phases), 6 DCs x 1 rank with deep relayed trees, 2 DCs
 x 3 ranks with averaging and non-default leaders, uneven DCs, and a tensor
 smaller than the chunk count; the same for the relayed leader ring
 (``RingRelayAllReduce``: deep relays, empty chunks, window 1), hierarchical
-all-reduce on collectives, and the star parameter server as a plan.  Byte
+all-reduce on collectives, the star parameter server as a plan, and trees
+rooted at a link (deep sides at both ends, beside DC-rooted trees).  Every
+rank's result is checked bit for bit against every other rank's.  Byte
 accounting is checked exactly where every DC has one rank.  The benchmark
 helper then times BLP and every executable baseline of the triangle and
 checks each one's sum.
@@ -80,6 +82,13 @@ def _scenarios() -> list[tuple[str, Plan, dict[int, str], dict[str, int] | None,
     deep["routes"].update({h: h for h in zip(deep["ring"], deep["ring"][1:]) if h not in deep["routes"]})
     two_ring = {"kind": "ring_relay", "ring": ["y", "x"], "routes": {}, "chunks": 5}
     chain_star = star_cost(chain, 4000, chunks=6).plan  # tree edges between DCs with no link: routed
+    assert two_plan.trees[0].pair is not None  # two DCs: the direct exchange over the link
+    # link roots with deep sides on both ends, beside a DC-rooted tree
+    chain_link = _hand_plan(chain, [
+        Tree("d2", {"d1": "d2", "d0": "d1", "d3": "d2", "d4": "d3", "d5": "d4"}, 0.7, 4, pair="d3"),
+        Tree("d0", {"d1": "d0", "d2": "d1", "d3": "d2", "d4": "d3", "d5": "d4"}, 0.3, 3)])
+    tri_link = _hand_plan(tri, [Tree("b", {"a": "b", "c": "b"}, 0.5, 5, pair="c"),
+                                Tree("a", {"b": "a", "c": "b"}, 0.5, 5, pair="b")])
     hier = {"kind": "hierarchical"}
     return [
         ("triangle-p2p", tri_plan, three, None, {"numel": 1001}),
@@ -106,6 +115,11 @@ def _scenarios() -> list[tuple[str, Plan, dict[int, str], dict[str, int] | None,
         ("hierarchical-p2p-uneven", None, {0: "c", 1: "a", 2: "a", 3: "b", 4: "b", 5: "b"}, {"a": 2, "b": 5, "c": 0},
          {"numel": 333, "scheme": hier}),
         ("star-chain", chain_star, one_each, None, {"numel": 777, "bytes": True}),
+        ("link-root-chain", chain_link, one_each, None, {"numel": 1001, "bytes": True}),
+        ("link-root-chain-window1", chain_link, one_each, None, {"numel": 501, "window": 1, "bytes": True}),
+        ("link-root-triangle-groups", tri_link, three, None, {"numel": 1001, "groups": True}),
+        ("link-root-uneven", tri_link, {0: "c", 1: "a", 2: "a", 3: "b", 4: "b", 5: "b"}, {"a": 2, "b": 5, "c": 0},
+         {"numel": 333}),
     ]
 
 

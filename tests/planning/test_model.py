@@ -107,8 +107,44 @@ def test_cost_model_by_hand_two_dcs():
     bw = size / Bps(rate)
     chunk_time = size / k / Bps(rate)
     assert cost.bandwidth_time_s == pytest.approx(bw)
-    assert cost.latency_time_s == pytest.approx(2 * (delay + chunk_time))
-    assert cost.time_s == pytest.approx(bw + 2 * delay + 2 * chunk_time)
+    # one chunk up, one down, less the last chunk's send that the bandwidth term already holds
+    assert cost.latency_time_s == pytest.approx(2 * (delay + chunk_time) - chunk_time)
+    assert cost.time_s == pytest.approx(bw + 2 * delay + chunk_time)
+    # rooted at the link: the direct exchange, one crossing
+    linked = evaluate(g, [Tree("x", {"y": "x"}, 1.0, k, pair="y")], size)
+    assert linked.latency_time_s == pytest.approx(delay)
+    assert linked.time_s == pytest.approx(bw + delay)
+
+
+def test_link_root_latency_by_hand():
+    # chain a - b - c, the tree rooted at the link a-b: side A = {a}, side B = {b, c}
+    g = build([("a", "b", GBIT, 0.01), ("b", "c", GBIT, 0.03)])
+    t = Tree("a", {"b": "a", "c": "b"}, 1.0, 4, pair="b")
+    chunk = S / 4 / Bps(GBIT)
+    hab, hbc = 0.01 + chunk, 0.03 + chunk
+    at_a = hbc + hab                  # c climbs to b, b's side crosses to a
+    at_b = max(hbc, hab)              # b has c's sum, and a's arrives over the link
+    want = max(at_a, at_b + hbc) - chunk
+    assert evaluate(g, [t], S).tree_latency_s[0] == pytest.approx(want)
+    # hung from b instead: c and a climb one hop each, then one hop down
+    assert evaluate(g, [Tree("b", {"a": "b", "c": "b"}, 1.0, 4)], S).tree_latency_s[0] == pytest.approx(
+        hbc + hbc - chunk)
+    assert t.side("c") == "b" and t.side("a") == "a" and t.label() == "a<>b"
+    assert Plan.from_dict(json.loads(json.dumps(_one_tree_plan(g, t).to_dict()))).trees[0].pair == "b"
+
+
+def _one_tree_plan(g, t):
+    return Plan(tuple(g.nodes), S, (t,), t.chunks, "hand", evaluate(g, [t], S))
+
+
+def test_link_root_pair_must_be_a_child_of_the_root():
+    g = build([("a", "b", GBIT, 0.01), ("b", "c", GBIT, 0.03)])
+    good = _one_tree_plan(g, Tree("a", {"b": "a", "c": "b"}, 1.0, 1))
+    bad = dataclasses.replace(good, trees=(dataclasses.replace(good.trees[0], pair="c"),))
+    with pytest.raises(ValidationError) as e:
+        validate_plan(bad, g)
+    assert e.value.field == "plan.trees[0].pair"
+    validate_plan(_one_tree_plan(g, Tree("a", {"b": "a", "c": "b"}, 1.0, 1, pair="b")), g)
 
 
 def test_cost_model_sums_shared_links_and_takes_deepest_branch():
@@ -120,7 +156,7 @@ def test_cost_model_sums_shared_links_and_takes_deepest_branch():
     assert loads[("a", "b")] == loads[("b", "a")] == S  # both trees use a-b
     assert loads[("b", "c")] == S / 2 and loads[("a", "c")] == S / 2
     chunk = S / 2 / Bps(GBIT)
-    assert cost.tree_latency_s[0] == pytest.approx(2 * (0.04 + 2 * chunk))
+    assert cost.tree_latency_s[0] == pytest.approx(2 * (0.04 + 2 * chunk) - chunk)
     assert cost.latency_time_s == max(cost.tree_latency_s)
 
 
