@@ -13,7 +13,10 @@ trainer host, and times, on the same tensor in the same run:
 * ``hierarchical`` DC reduce, gloo ring among leaders, DC broadcast (collectives);
 * ``ring``         the flat gloo ring over all ranks (``dist.all_reduce``, the reference).
 
-Prints one table: measured median, predicted (WAN model of
+Schemes are interleaved (each iteration runs every scheme once, the order
+rotated per iteration) and every call starts at an instant agreed in advance
+on the machine's shared clock (``testbed.planning.bench.common_start``).
+Prints one table: measured median and quartiles, predicted (WAN model of
 ``testbed blp-plan`` plus the intra-DC reduce/broadcast of
 ``intra_dc_time`` for the leader-based schemes), measured / predicted (bar:
 within [0.9, 1.15]) and each scheme / BLP, measured and predicted; the
@@ -101,8 +104,8 @@ def render(name: str, scale: float, ranks: int, size: int, imp: str, res: dict, 
     lo, hi = BAR
     blp_pred = blp_wan_s + lan_s
     lines = [f"{name} (scale {scale:g}), {ranks} ranks, {size / 1e6:g} MB, impairment {imp}",
-             f"{'scheme':<13}{'measured s':>11}{'predicted s':>12}{'meas/pred':>10}  {'bar':<4}"
-             f"{'/BLP meas':>10}{'/BLP pred':>10}  model"]
+             f"{'scheme':<13}{'measured s':>11}{'quartiles':>14}{'predicted s':>12}{'meas/pred':>10}  {'bar':<4}"
+             f"{'/BLP meas':>10}{'/BLP pred':>10}{'RTOs':>6}  model"]
     rows = [k for k in ORDER if k in res] + [k for k in base if k not in res]
     for k in rows:
         detail = "BLP plan" if k == "blp" else base[k].detail
@@ -110,11 +113,16 @@ def render(name: str, scale: float, ranks: int, size: int, imp: str, res: dict, 
             r = res[k]
             q = r["measured_over_predicted"]
             mark = "-" if q is None else ("ok" if lo <= q <= hi else "MISS")
-            lines.append(f"{k:<13}{r['median_s']:>11.3f}{r['predicted_s']:>12.3f}{q:>10.3f}  {mark:<4}"
-                         f"{r['over_blp']:>10.3f}{r['predicted_s'] / blp_pred:>10.3f}  {detail}")
+            q1, q3 = r.get("quartiles_s", [r["median_s"]] * 2)
+            lines.append(f"{k:<13}{r['median_s']:>11.3f}{f'{q1:.3f}-{q3:.3f}':>14}{r['predicted_s']:>12.3f}{q:>10.3f}  {mark:<4}"
+                         f"{r['over_blp']:>10.3f}{r['predicted_s'] / blp_pred:>10.3f}{sum(r.get('tcp_timeouts', [])):>6}"
+                         f"  {detail}")
         else:
-            lines.append(f"{k:<13}{'-':>11}{base[k].time_s + lan_s:>12.3f}{'-':>10}  {'-':<4}{'-':>10}"
-                         f"{(base[k].time_s + lan_s) / blp_pred:>10.3f}  {detail} (predicted only)")
+            lines.append(f"{k:<13}{'-':>11}{'-':>14}{base[k].time_s + lan_s:>12.3f}{'-':>10}  {'-':<4}{'-':>10}"
+                         f"{(base[k].time_s + lan_s) / blp_pred:>10.3f}{'-':>6}  {detail} (predicted only)")
+    lines.append(f"(median and quartiles of {len(res[rows[0]].get('times_s', []))} interleaved iterations, each from a "
+                 f"start agreed on the shared clock; latest start {res.get('start_lateness_s', 0) * 1e3:.1f} ms "
+                 "after it; RTOs: TCP retransmission timeouts in the timed calls, all ranks)")
     lines.append(f"(leader-based predictions = WAN model + {lan_s:.3f} s of intra-DC reduce/broadcast; "
                  f"BLP's WAN part {blp_wan_s:.3f} s; the flat ring's is WAN only)")
     return "\n".join(lines)

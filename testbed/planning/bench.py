@@ -3,7 +3,8 @@
 Used by ``benchmarks/allreduce_schemes.py`` once the emulated network is up
 (the runner starts one process per trainer host, calls
 ``init_process_group`` and then :func:`compare`).  Every scheme runs on the
-same tensor in the same run, one after the other:
+same tensor in the same run, interleaved (each iteration runs every scheme
+once, in an order rotated by one per iteration):
 
 * ``blp``: :class:`~.executor.BlpAllReduce` on the plan;
 * ``tree_best``, ``blink``, ``star``: their plans on ``BlpAllReduce``;
@@ -13,12 +14,16 @@ same tensor in the same run, one after the other:
 
 :func:`executable_specs` turns the predictions of
 :func:`testbed.planning.baselines.baselines` into JSON the worker processes
-take.  Timing: every iteration starts after a barrier, each rank times its
-own call, and the iteration's time is the slowest rank's (a ``MAX``
-all-reduce of one float afterwards, outside the timed region).  The barrier
-releases ranks one WAN latency apart at most, so short operations on long
-links read slightly high.  The reported figure is the median over
-iterations.  Ratios: measured / predicted for each scheme (the issue's bar:
+take.  Timing: every call starts at an instant all ranks agreed on in
+advance on the machine's shared clock (:func:`common_start`; a barrier
+would release them up to a WAN path delay apart), and its time is from that
+instant to the slowest rank's end (a ``MAX`` all-reduce afterwards, outside
+the timed region); a rank that reached the instant late is reported
+(``start_lateness_s``).  The reported figure is the median over
+iterations.  Every call's TCP retransmitted segments and retransmission
+timeouts, summed over the ranks' namespaces, are kept beside its time
+(:mod:`testbed.collect.tcp`): a call that reads ~200 ms high with a timeout
+beside it lost a packet, which is the network's doing, not the scheme's.  Ratios: measured / predicted for each scheme (the issue's bar:
 within [0.9, 1.15]) and each scheme / BLP (measured).
 """
 
@@ -32,6 +37,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from testbed.collect import tcp
+
 from .baselines import SchemeCost
 from .executor import BlpAllReduce, HierarchicalAllReduce, RingRelayAllReduce, make_leader_group
 from .model import Plan
@@ -39,19 +46,56 @@ from .model import Plan
 #: Table order: BLP, the strong baselines, the flat-ring reference.
 ORDER = ("blp", "tree_best", "blink", "ring_relay", "star", "hierarchical", "ring")
 BAR = (0.9, 1.15)
+#: Phases of a leader-based scheme, each the slowest rank's time in it (``_LeaderScheme.last_phases``).
+PHASES = ("intra_reduce", "wan", "intra_broadcast")
+
+
+#: Slack added to the agreed start instant beyond twice the measured agreement time (seconds).
+START_SLACK_S = 0.05
+
+
+def common_start() -> tuple[float, float]:
+    """Agree on one future instant of the shared clock and sleep until it; returns (start, lateness).
+
+    All ranks of a run on one machine read the same ``CLOCK_MONOTONIC``
+    (network namespaces do not change the clock), so a start instant agreed
+    in advance removes what a barrier leaves: ranks leave ``dist.barrier()``
+    up to a WAN path delay apart, and on a 100 ms link a rank that leaves
+    early would count the others' lag as the operation's time.  Two one-float
+    ``MAX`` all-reduces agree on the instant: the first on the latest rank's
+    clock reading ``T0``, the second on the longest time any rank needed to
+    learn ``T0`` (``L``); everyone knows ``T0 + 2 L + slack`` before it comes.
+    ``lateness`` (> 0 if this rank got there after the instant) is returned
+    so callers can report it rather than trust a start that was not common.
+    """
+    now = torch.tensor([time.monotonic()], dtype=torch.float64)
+    dist.all_reduce(now, op=dist.ReduceOp.MAX)
+    t0 = float(now.item())
+    lag = torch.tensor([time.monotonic() - t0], dtype=torch.float64)
+    dist.all_reduce(lag, op=dist.ReduceOp.MAX)
+    start = t0 + 2 * float(lag.item()) + START_SLACK_S
+    wait = start - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
+    return start, max(0.0, time.monotonic() - start - 0.001)
+
+
+def timed_call(fn: Callable[[], object]) -> tuple[float, float]:
+    """One call of ``fn`` on every rank from a common start: (slowest rank's end - start, worst lateness)."""
+    start, late = common_start()
+    fn()
+    out = torch.tensor([time.monotonic() - start, late], dtype=torch.float64)
+    dist.all_reduce(out, op=dist.ReduceOp.MAX)
+    return float(out[0].item()), float(out[1].item())
 
 
 def time_collective(fn: Callable[[], object], *, iters: int = 5, warmup: int = 1) -> list[float]:
-    """Seconds per call of ``fn`` (the slowest rank's), one value per timed iteration."""
+    """Seconds per call of ``fn`` (from a common start to the slowest rank's end), one per timed iteration."""
     out = []
     for i in range(warmup + iters):
-        dist.barrier()
-        t0 = time.perf_counter()
-        fn()
-        dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-        dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+        dt, _ = timed_call(fn)
         if i >= warmup:
-            out.append(float(dt.item()))
+            out.append(dt)
     return out
 
 
@@ -139,24 +183,56 @@ def compare(plan: Plan, rank: int, dc_of_rank: Mapping[int, str], leaders: Mappi
     buf = torch.empty_like(x)
     result: dict[str, Any] = {"numel": n, "bytes": n * elsize, "schemes": [], "blp_bytes_sent": {}}
     tag = 0
-    for name in sorted(specs, key=lambda k: (ORDER.index(k) if k in ORDER else len(ORDER), k)):
-        op = _op(name, specs[name], plan, rank, dc_of_rank, leaders, group_of_dc, leader_group, tag)
-        tag += getattr(op, "tag_span", 0) + 16
-        sent: dict[int, int] = {}
+    names = sorted(specs, key=lambda k: (ORDER.index(k) if k in ORDER else len(ORDER), k))
+    ops: dict[str, Callable[[torch.Tensor], dict[int, int]]] = {}
+    for name in names:
+        ops[name] = _op(name, specs[name], plan, rank, dc_of_rank, leaders, group_of_dc, leader_group, tag)
+        tag += getattr(ops[name], "tag_span", 0) + 16
+    sent: dict[str, dict[int, int]] = {name: {} for name in names}
+    times: dict[str, list[float]] = {name: [] for name in names}
+    diffs: dict[str, float] = {name: 0.0 for name in names}
+    retrans: dict[str, list[int]] = {name: [] for name in names}
+    phases: dict[str, dict[str, list[float]]] = {name: {} for name in names}
+    timeouts: dict[str, list[int]] = {name: [] for name in names}
+    worst_late = 0.0
+    # interleaved: every iteration runs every scheme once, the order rotated by one each time, so a
+    # slow spell of the shared machine falls on all schemes alike rather than on whichever ran then
+    for it in range(warmup + iters):
+        for name in names[it % len(names):] + names[:it % len(names)]:
+            def call(name: str = name) -> None:
+                buf.copy_(x)
+                got = ops[name](buf)
+                sent[name].clear()
+                sent[name].update(got)
 
-        def call(op: Callable[[torch.Tensor], dict[int, int]] = op, sent: dict[int, int] = sent) -> None:
-            buf.copy_(x)
-            got = op(buf)
-            sent.clear()
-            sent.update(got)
-
-        times = time_collective(call, iters=iters, warmup=warmup)
-        med = statistics.median(times)
+            before = tcp.counters()
+            dt, late = timed_call(call)
+            after = tcp.delta(before, tcp.counters())
+            lost = torch.tensor([after["retrans_segs"], after["timeouts"]], dtype=torch.float64)
+            dist.all_reduce(lost)  # summed over ranks, outside the timed region
+            ph = getattr(ops[name], "last_phases", {})
+            worst = torch.tensor([ph.get(k, 0.0) for k in PHASES], dtype=torch.float64)
+            dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+            if it >= warmup and ph:
+                for k, v in zip(PHASES, worst.tolist()):
+                    phases[name].setdefault(k, []).append(v)
+            diffs[name] = max(diffs[name], float((buf - ref).abs().max()))
+            if it >= warmup:
+                times[name].append(dt)
+                retrans[name].append(int(lost[0].item()))
+                timeouts[name].append(int(lost[1].item()))
+                worst_late = max(worst_late, late)
+    for name in names:
+        med = statistics.median(times[name])
         p = pred.get(name)
         result["schemes"].append(name)
-        result[name] = {"times_s": times, "median_s": med, "predicted_s": p,
+        q = statistics.quantiles(times[name], n=4, method="inclusive") if len(times[name]) > 1 else [med] * 3
+        result[name] = {"times_s": times[name], "median_s": med, "quartiles_s": [q[0], q[2]], "predicted_s": p,
                         "measured_over_predicted": med / p if p else None,
-                        "bytes_sent": dict(sent), "max_abs_diff": float((buf - ref).abs().max())}
+                        "bytes_sent": dict(sent[name]), "max_abs_diff": diffs[name],
+                        "tcp_retrans_segs": retrans[name], "tcp_timeouts": timeouts[name],
+                        "phases_median_s": {k: statistics.median(v) for k, v in phases[name].items()}}
+    result["start_lateness_s"] = worst_late
     result["blp_bytes_sent"] = result["blp"]["bytes_sent"]
     for name in result["schemes"]:
         result[name]["over_blp"] = result[name]["median_s"] / result["blp"]["median_s"]
