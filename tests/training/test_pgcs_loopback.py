@@ -233,3 +233,26 @@ def test_ddp_buckets_cover_the_gradient_backwards():
         for lo, hi, members in bs:
             assert lo == offs[min(members)] and hi == offs[max(members) + 1]
         assert len(bs) <= max(want, 1) + 1
+
+
+def test_samples_cadence_evaluates_every_expert_at_each_crossing(tmp_path):
+    """With ``eval_every_samples`` the whole model is evaluated (every expert), as in every other scheme.
+
+    2 workers x batch 4 = 8 samples per step; every 16 samples = every 2 steps, each crossing
+    writes one row per expert, all with the same ``samples`` and each expert's own update count.
+    """
+    out = launch(cfg({"name": "pgcs"}, eval_every_samples=16), tmp_path)
+    rows = (out / "metrics.csv").read_text().splitlines()
+    parsed = [dict(zip(rows[0].split(","), r.split(","))) for r in rows[1:]]
+    by_samples: dict[str, list[dict[str, str]]] = {}
+    for r in parsed:
+        if r["samples"] not in ("", "0"):
+            by_samples.setdefault(r["samples"], []).append(r)
+    crossings = [s for s in by_samples if int(s) % 16 == 0]
+    assert len(crossings) >= STEPS // 2 - 1, by_samples.keys()
+    for s in crossings:
+        assert sorted(int(r["expert"]) for r in by_samples[s]) == list(range(E)), (s, by_samples[s])
+        # expert k after step t has (t + 1 - k + E - 1) // E updates: both experts' counts are current
+        step = int(by_samples[s][0]["step"])
+        assert {int(r["expert"]): int(r["updates"]) for r in by_samples[s]} == \
+            {k: (step - k + E - 1) // E for k in range(E)}

@@ -49,8 +49,10 @@ Records (docs/CONTRACTS.md):
   = k, ``updates`` = that expert's updates so far, ``step`` = global steps
   computed when that update's gradient was made (row ``0,..,k,0`` is the
   initial model); on the trial's cadence (``evaluator.EvalCadence``: when the
-  samples of all workers cross a multiple of ``eval_every_samples``, the expert
-  just updated; else every ``eval_every`` updates of an expert) and at the end.
+  samples of all workers cross a multiple of ``eval_every_samples``, every
+  expert as it is then, so the whole model is evaluated as in every other
+  scheme; else the expert just updated, every ``eval_every`` of its updates)
+  and at the end.
 
 Stopping: every sync buffer carries one extra slot, each worker's stop vote
 (wall-clock limit; rank 0 also when every expert met the target).  With
@@ -142,7 +144,12 @@ class _Trainer:
         slot.updates += 1
         samples = (t + 1) * self.world * self.ctx.workload.batch_size
         if self.evaluator is not None and self.cadence.due(slot.updates, samples):
-            self.evaluator.submit(slot.index, t + 1, slot.updates, slot.flat.params, samples=samples)
+            # on the samples cadence the whole model is evaluated (every expert as it is now), as
+            # every other scheme's snapshot is; only one thread ever applies updates, so no expert
+            # changes while the others are copied
+            due = self.slots if self.cadence.every_samples is not None else [slot]
+            for s in due:
+                self.evaluator.submit(s.index, t + 1, s.updates, s.flat.params, samples=samples)
 
     # -- PGCS / sequential ----------------------------------------------------------------------
     def _sync_apply(self, slot: ExpertSlot, t: int, buf: torch.Tensor, rec: Recorder) -> bool:
