@@ -58,6 +58,7 @@ class LinkShape:
     mtu: int = 1500
     burst_time_s: float = 0.001
     headroom: float = 2.0
+    jitter_interval_s: float | None = None
 
     # ----------------------------------------------------------------- checks
     def __post_init__(self) -> None:
@@ -108,6 +109,12 @@ class LinkShape:
                                   "use a few ms, e.g. '1ms'")
         if not self.headroom >= 1:
             raise ValidationError(at("headroom"), f"headroom must be >= 1, got {self.headroom}", "use e.g. 2")
+        if self.jitter_interval_s is not None and not (isinstance(self.jitter_interval_s, (int, float))
+                                                       and not isinstance(self.jitter_interval_s, bool)
+                                                       and 0.001 <= self.jitter_interval_s <= MAX_DELAY_S):
+            raise ValidationError(at("jitter_interval"), f"jitter_interval must be 1 ms .. 60 s, got "
+                                  f"{self.jitter_interval_s!r}", "write e.g. jitter_interval: 40ms, or omit it "
+                                  "(default 10 x jitter)")
 
     # ------------------------------------------------------------- derived
     @property
@@ -174,7 +181,7 @@ class LinkShape:
         for k, v in d.items():
             if k == "rate_bps":
                 out["rate"] = format_rate(v)
-            elif k in ("delay_s", "jitter_s", "burst_time_s"):
+            elif k in ("delay_s", "jitter_s", "burst_time_s", "jitter_interval_s"):
                 out[k[:-2]] = format_time(v)
             elif k == "loss_pct":
                 out["loss"] = f"{v:g}%"
@@ -234,11 +241,13 @@ class ShapeSpec(SpecModel):
     rtt: WanTime | None = unit_field(fix="e.g. rtt: 40ms (one-way = rtt / 2); give delay or rtt, not both")
     """round-trip time; the one-way delay is half of it"""
     jitter: WanTime | None = unit_field(fix="e.g. jitter: 2ms")
-    """delay variation (netem's, or the userspace backend's)"""
+    """delay variation: uniform within delay +- jitter (README "Jitter, defined")"""
+    jitter_interval: Duration | None = unit_field(fix="e.g. jitter_interval: 40ms")
+    """with order kept, how long one jitter draw holds (default 10 x jitter, at least 1 ms)"""
     loss: Percent | None = unit_field(fix="e.g. loss: 0.1%")
     """random packet loss"""
     reorder: bool | None = unit_field(fix="write reorder: true")
-    """let jitter reorder packets (netem's default); false keeps order"""
+    """a jitter draw per packet, packets overtake (netem's default); false: order kept, a draw per interval"""
     limit: Packets | None = unit_field(fix="e.g. limit: 1000")
     """queue limit in packets"""
     mtu: Packets | None = unit_field(fix="e.g. mtu: 1500")
@@ -272,7 +281,7 @@ def shape_kwargs(given: dict[str, Any]) -> dict[str, Any]:
             kw["delay_s"] = value
         elif key == "rtt":
             kw["delay_s"] = value / 2
-        elif key in ("jitter", "burst_time"):
+        elif key in ("jitter", "burst_time", "jitter_interval"):
             kw[f"{key}_s"] = value
         elif key == "loss":
             kw["loss_pct"] = value

@@ -153,7 +153,19 @@ class Impairment:
 
     def to_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "netem_available": self.netem_available, "skipped": self.skipped,
-                "seed": self.seed, "netem_seeded": self.netem_seeded, "randomness": self.randomness}
+                "seed": self.seed, "netem_seeded": self.netem_seeded, "randomness": self.randomness,
+                "jitter_model": self.jitter_model}
+
+    @property
+    def jitter_model(self) -> str:
+        """How jitter with order kept is realised (README "Jitter, defined"); recorded in every manifest."""
+        if self.backend == "userspace":
+            return ("defined process: one delay draw per interval (default 10 x jitter), order kept; every "
+                    "packet sees the defined distribution (traffic_control/jitter.py)")
+        if self.backend == "netem":
+            return ("netem: a draw per packet, order kept by netem's rate (a running maximum): bulk traffic "
+                    "sees a higher mean and a smaller spread than defined; sparse traffic the defined one")
+        return "none (no impairment applied)"
 
     @property
     def randomness(self) -> str:

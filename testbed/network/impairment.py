@@ -69,7 +69,8 @@ def to_impairment_shape(shape: LinkShape, seed: int = 0) -> Any:
     from traffic_control.userspace import ImpairmentShape
 
     return ImpairmentShape(delay_s=shape.delay_s, jitter_s=shape.jitter_s, reorder=shape.reorder,
-                           loss_pct=shape.loss_pct, seed=seed, limit=shape.netem_limit)
+                           loss_pct=shape.loss_pct, seed=seed, limit=shape.netem_limit,
+                           interval_s=shape.jitter_interval_s)
 
 
 def start(netns: str, point: Point, shape: LinkShape, seed: int | None) -> Any:

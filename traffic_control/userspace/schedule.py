@@ -7,9 +7,10 @@ share one definition of delay, jitter and loss.
 Two structures, both O(log n) or O(1) per packet, never O(n):
 
 * a FIFO (``deque``) when packets keep their order (no jitter, or jitter with
-  ``reorder=False``): release time ``max(previous release, arrival + delay +
-  jitter)`` is non-decreasing, so the head is always the next packet due;
-* a heap keyed by release time when jitter may reorder.
+  ``reorder=False``): release time ``max(previous release, arrival + d(arrival))``
+  with ``d`` the interval's delay of :mod:`traffic_control.jitter`, is
+  non-decreasing, so the head is always the next packet due;
+* a heap keyed by release time when jitter may reorder (a draw per packet).
 
 A FIFO release is a *prefix of the held packets in kernel id order*, which is
 what lets the caller accept it with one batch verdict ("every id up to N").
@@ -21,6 +22,7 @@ import heapq
 import random
 from collections import deque
 
+from ..jitter import DelayProcess, interval_s
 from .shape import ImpairmentShape
 
 
@@ -38,9 +40,12 @@ class Scheduler:
     def _configure(self, shape: ImpairmentShape) -> None:
         self._delay = shape.delay_s
         self._jitter = shape.jitter_s
-        self._normal = shape.distribution == "normal"
         self._loss = shape.loss_pct / 100.0
         self._reorders = shape.reorders
+        self._process = DelayProcess(shape.delay_s, shape.jitter_s, shape.distribution, shape.seed,
+                                     interval_s(shape.jitter_s, shape.interval_s))
+        self._k: int | None = None
+        self._d = shape.delay_s
 
     def set_shape(self, shape: ImpairmentShape) -> None:
         """Apply a new shape to packets admitted from now on.
@@ -64,13 +69,15 @@ class Scheduler:
         rng = self._rng
         if self._loss and rng.random() < self._loss:
             return False
-        due = now + self._delay
-        if self._jitter:
-            sample = rng.gauss(0.0, self._jitter) if self._normal else rng.uniform(-self._jitter, self._jitter)
-            due = max(now, due + sample)
-        if self._reorders:
-            heapq.heappush(self._heap, (due, pkt_id))
+        if self._reorders:  # a draw per packet: packets overtake each other
+            heapq.heappush(self._heap, (now + self._process.draw(rng), pkt_id))
         else:
+            due = now + self._delay
+            if self._jitter:  # the interval's delay (traffic_control.jitter): order and distribution kept
+                k = self._process.index(now)
+                if k != self._k:
+                    self._k, self._d = k, self._process.value(k)
+                due = now + self._d
             if due < self._last_due:
                 due = self._last_due
             self._last_due = due

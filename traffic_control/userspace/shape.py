@@ -14,11 +14,12 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from ..errors import ValidationError
+from ..jitter import DISTRIBUTIONS as JITTER_DISTRIBUTIONS
 
-#: Jitter distributions the scheduler can draw from.  ``uniform`` is netem's
-#: behaviour without a distribution table (delay +- jitter); ``normal`` uses
-#: jitter as the standard deviation, like netem's ``distribution normal``.
-DISTRIBUTIONS = ("uniform", "normal")
+#: Jitter distributions the scheduler can draw from (:mod:`traffic_control.jitter`).  ``uniform``
+#: is netem's behaviour without a distribution table (delay +- jitter); ``normal`` uses jitter as
+#: the standard deviation, like netem's ``distribution normal``.
+DISTRIBUTIONS = JITTER_DISTRIBUTIONS
 
 #: Packets the kernel may hold for one queue when the caller gives no limit.
 #: The kernel's NFQUEUE default (1024) drops at Gbit/s x tens of ms; GSO
@@ -30,11 +31,12 @@ DEFAULT_LIMIT = 10000
 class ImpairmentShape:
     """One direction: one-way delay, jitter, loss, reordering, queue bound, seed.
 
-    ``reorder=False`` keeps arrival order under jitter: a packet's release time
-    is ``max(previous release, arrival + delay + jitter sample)``, so delay
-    only ever grows to keep order (what netem does when it also has a rate).
-    ``reorder=True`` gives each packet its own release time, as netem's tfifo
-    does.  ``limit`` bounds the packets held (kernel queue length); arrivals
+    ``reorder=False`` keeps arrival order under jitter: the delay is drawn per
+    interval of ``interval_s`` (default ``10 x jitter``) and a packet's release
+    time is ``max(previous release, arrival + that interval's delay)``
+    (:mod:`traffic_control.jitter` defines it for every backend).
+    ``reorder=True`` gives each packet its own draw and release time, as
+    netem's tfifo does.  ``limit`` bounds the packets held (kernel queue length); arrivals
     beyond it are tail-dropped by the kernel, as netem drops beyond its limit.
     """
 
@@ -45,6 +47,7 @@ class ImpairmentShape:
     loss_pct: float = 0.0
     seed: int = 0
     limit: int = DEFAULT_LIMIT
+    interval_s: float | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -75,6 +78,9 @@ class ImpairmentShape:
             raise ValidationError(at("reorder"), f"must be true or false, got {self.reorder!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise ValidationError(at("seed"), f"must be an integer, got {self.seed!r}")
+        if self.interval_s is not None and (not isinstance(self.interval_s, (int, float))
+                                            or isinstance(self.interval_s, bool) or not self.interval_s > 0):
+            raise ValidationError(at("interval_s"), f"must be a positive number of seconds, got {self.interval_s!r}")
         if not isinstance(self.limit, int) or isinstance(self.limit, bool) or not 1 <= self.limit <= 2**31 - 1:
             raise ValidationError(at("limit"), f"must be an integer >= 1, got {self.limit!r}")
 
