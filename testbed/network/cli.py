@@ -286,7 +286,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 _say(f"self-test could not run: {st.error}")
                 return 1
         else:
-            checks = verify(net, seconds=args.seconds, pings=args.pings, log=_say)
+            checks = verify(net, seconds=args.seconds, pings=args.pings, log=_say, delays=args.delays)
         impairment = net.impairment.to_dict() if net.impairment else None
     failed = [c for c in checks if c.status == "fail"]
     if args.json:
@@ -366,6 +366,10 @@ def register(sub: Any) -> None:
     ver.add_argument("--json", action="store_true", help="machine-readable result")
     ver.add_argument("--seconds", type=float, default=3.0, help="iperf3 duration per direction (default 3)")
     ver.add_argument("--pings", type=int, default=20, help="pings per RTT measurement (default 20)")
+    ver.add_argument("--delays", action="store_true",
+                     help="also per direction with delay, jitter or loss: a one-way UDP train router to router; "
+                          "delay mean (0.5 ms + 5 %%), sd (20 %% + 1 ms), p99, loss (99 %% binomial interval), "
+                          "reordering (README 'Jitter, defined'); a few seconds per direction")
     ver.add_argument("--quick", action="store_true",
                      help="only the self-test every trial runs before training: 5 pings per link and a "
                           "UDP packet train per direction (rate within 0.97-1.03 of the spec); seconds, "

@@ -90,3 +90,30 @@ def iperf3(net: Any, client: str, server: str, server_ip: str, seconds: float = 
         s = end["sum"]
         return {"bps": s["bits_per_second"], "lost_pct": s.get("lost_percent", 0.0), "packets": s.get("packets", 0)}
     return {"bps": end["sum_received"]["bits_per_second"], "retransmits": end["sum_sent"].get("retransmits", 0)}
+
+
+def receiver_then_sender(net: Any, what: str, rx_node: str, rx_argv: list[str], tx_node: str, tx_argv: list[str],
+                         tx_timeout: float, rx_timeout: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Start a probe receiver (it prints ``ready``, later one JSON line), then its sender; both JSON results.
+
+    The pattern of the stdlib probe trains (``udp_train.py``, ``owd_train.py``):
+    the receiver must be bound before the first datagram leaves.  The
+    receiver is killed if it outlives the exchange; a probe that prints no
+    JSON is a :class:`RuntimeError` naming ``what`` and the tail of its stderr.
+    """
+    rx = net.popen(rx_node, rx_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready = rx.stdout.readline().strip()
+        if ready != "ready":
+            raise RuntimeError(f"{what}: receiver in {rx_node} did not start: {ready or rx.stderr.read()[-300:]}")
+        tx = net.popen(tx_node, tx_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        sent_out, sent_err = tx.communicate(timeout=tx_timeout)
+        got_out, got_err = rx.communicate(timeout=rx_timeout)
+    finally:
+        if rx.poll() is None:
+            rx.kill()
+            rx.wait()
+    try:
+        return json.loads(sent_out), json.loads(got_out)
+    except ValueError:
+        raise RuntimeError(f"{what} failed: {(sent_err or got_err).strip()[-300:]}") from None

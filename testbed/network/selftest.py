@@ -26,9 +26,7 @@ every direction one after the other).
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .measure import receiver_then_sender
 from .udp_train import FRAME_BYTES
 from .verify import GOODPUT_MIN_RATIO, RTT_TOLERANCE, Check, delay_applied, min_rtt, rtt_ok
 
@@ -149,24 +148,10 @@ def _rate(net: Any, subject: str, s_node: str, d_node: str, d_ip: str, rate_bps:
     tol = (f"{GOODPUT_MIN_RATIO} <= measured/spec <= {RATE_MAX_RATIO} ({seconds:.2g} s UDP train at "
            f"{OVERDRIVE:g} x after a {burst_pkts}-frame burst; median of 50-frame windows)")
     py = [sys.executable, "-I", "-S", TRAIN_SCRIPT]
-    rx = net.popen(d_node, [*py, "recv", d_ip, str(PORT), str(1.0 + 2 * one_way_s), str(burst_pkts)],
-                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        ready = rx.stdout.readline().strip()
-        if ready != "ready":
-            raise RuntimeError(f"probe receiver in {d_node} did not start: {ready or rx.stderr.read()[-300:]}")
-        tx = net.popen(s_node, [*py, "send", d_ip, str(PORT), str(rate_bps * OVERDRIVE), str(seconds),
-                                str(burst_pkts)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        sent_out, sent_err = tx.communicate(timeout=seconds + 20)
-        got_out, got_err = rx.communicate(timeout=5 + 2 * one_way_s)
-    finally:
-        if rx.poll() is None:
-            rx.kill()
-            rx.wait()
-    try:
-        sent, got = json.loads(sent_out), json.loads(got_out)
-    except ValueError:
-        raise RuntimeError(f"probe {subject} failed: {(sent_err or got_err).strip()[-300:]}") from None
+    sent, got = receiver_then_sender(
+        net, f"probe {subject}", d_node, [*py, "recv", d_ip, str(PORT), str(1.0 + 2 * one_way_s), str(burst_pkts)],
+        s_node, [*py, "send", d_ip, str(PORT), str(rate_bps * OVERDRIVE), str(seconds), str(burst_pkts)],
+        tx_timeout=seconds + 20, rx_timeout=5 + 2 * one_way_s)
     measured = got.get("rate_bps")
     extra = {"sent": sent["sent"], "burst": sent["burst"], "send_rate_bps": sent["send_rate_bps"],
              "received": got["received"], "used": got["used"], "windows": got.get("windows"),
