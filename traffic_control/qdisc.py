@@ -81,7 +81,8 @@ def htb_class_op(shape: LinkShape, command: str) -> TcOp:
     return TcOp(command, "htb", HTB_CLASS, HTB_HANDLE, params, argv)
 
 
-def leaf_op(shape: LinkShape, command: str, netem: bool | None, seed: int | None = None) -> TcOp:
+def leaf_op(shape: LinkShape, command: str, netem: bool | None, seed: int | None = None, *,
+            keep_order: bool = False) -> TcOp:
     """The leaf under the HTB class: netem when ``netem`` (even for a shape without delay), else pfifo;
     ``netem=None``: netem exactly when the shape has delay, jitter or loss.
 
@@ -91,7 +92,10 @@ def leaf_op(shape: LinkShape, command: str, netem: bool | None, seed: int | None
     kernel cannot change a qdisc's kind in place (``replace`` with another
     kind on the same handle is refused: "Invalid qdisc name"), and grafting
     a new leaf would drop the packets queued in the old one.  ``seed``:
-    netem's PRNG seed (``TCA_NETEM_PRNG_SEED``).
+    netem's PRNG seed (``TCA_NETEM_PRNG_SEED``).  ``keep_order``: give netem
+    its order-keeping rate even without jitter (the jitter driver moves the
+    delay itself, :mod:`traffic_control.jitter_driver`, and a drop of the
+    delay must not let a packet overtake the one ahead).
     """
     limit = shape.netem_limit
     if netem is None:
@@ -105,7 +109,7 @@ def leaf_op(shape: LinkShape, command: str, netem: bool | None, seed: int | None
         if shape.loss_pct:
             argv += ["loss", f"{shape.loss_pct:g}%"]
         argv += ["limit", str(limit)]
-        if shape.jitter_s and not shape.reorder:
+        if (shape.jitter_s or keep_order) and not shape.reorder:
             # A netem rate keeps release times monotonic: jitter without reordering.
             params["rate"] = _bytes_rate(NO_REORDER_NETEM_RATE_BPS)
             argv += ["rate", _tc_rate(NO_REORDER_NETEM_RATE_BPS)]

@@ -183,7 +183,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     for key, v in links.items():
         print(f"  {key:20} {_describe_kernel(v)}")
     for h in health:
-        tag = "ok" if h["alive"] else "DEAD: link fails closed (drops all traffic)"
+        tag = "ok" if h["alive"] else ("DEAD: link fails closed (drops all traffic)" if h.get("fail_closed", True)
+                                       else "DEAD")
         print(f"  daemon {h['node']}:{h['ifname']} ({h['realises']}) pid {h['pid']}: {tag}"
               + (f" - {h['state']}: {h['reason']}" if not h["alive"] else ""))
     return 1 if failing else 0

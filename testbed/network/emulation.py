@@ -45,10 +45,11 @@ from topologies.model import Topology
 from traffic_control import netlink as tcnl
 from traffic_control.capabilities import probe_kernel
 from traffic_control.errors import CapabilityMissing, TrafficControlError, ValidationError
+from traffic_control.jitter_driver import driven
 from traffic_control.netlink import NETEM_FIX
 from traffic_control.shape import LinkShape, shape_dict
 
-from . import cgroups, cleanup, naming, state
+from . import cgroups, cleanup, jitter_control, naming, state
 from . import impairment as uimp
 from .addressing import IfacePlan, NetPlan, NodePlan, plan_network
 
@@ -163,8 +164,8 @@ class Impairment:
             return ("defined process: one delay draw per interval (default 10 x jitter), order kept; every "
                     "packet sees the defined distribution (traffic_control/jitter.py)")
         if self.backend == "netem":
-            return ("netem: a draw per packet, order kept by netem's rate (a running maximum): bulk traffic "
-                    "sees a higher mean and a smaller spread than defined; sparse traffic the defined one")
+            return ("defined process: netem's delay set to one draw per interval by the jitter driver "
+                    "(traffic_control/jitter_driver.py), order kept by netem's rate")
         return "none (no impairment applied)"
 
     @property
@@ -442,8 +443,21 @@ class EmulatedNetwork:
         return net
 
     def impairment_health(self) -> list[dict[str, Any]]:
-        """Every userspace daemon of this network: alive, or dead and failing closed."""
-        return uimp.health_report(self.userspace)
+        """Every userspace daemon of this network (alive, or dead and failing closed); last, under the netem
+        backend with jitter, the jitter driver (dead: the delays stop varying, frozen at one interval's)."""
+        out = uimp.health_report(self.userspace)
+        if self.impairment is not None and self.impairment.backend == "netem":
+            leaves = jitter_control.leaves_of(self)
+            if leaves:
+                h = jitter_control.health() or {}
+                pid = jitter_control.running_pid()
+                out.append({"node": "(root)", "ifname": "-", "realises": f"netem jitter driver, {len(leaves)} leaves",
+                            "alive": pid is not None, "state": h.get("state", "missing"),
+                            "reason": "" if pid is not None else "not running: the jittered links' delay no longer "
+                            f"varies (last error: {h.get('last_error')})", "pid": pid,
+                            "stats": {k: h.get(k) for k in ("changes", "errors", "late_mean_ms", "late_max_ms")},
+                            "fail_closed": False})
+        return out
 
     def memory_report(self) -> dict[str, dict[str, Any]]:
         """Per memory-limited node: its limit, the most it used, and how many processes the OOM killer ended."""
@@ -477,9 +491,24 @@ class EmulatedNetwork:
                                               (w.b, w.a, w.b_router, w.b_if, "reverse")):
                 if (src, dst) == (a, b):
                     old = getattr(w, attr)
-                    self._change(node, ifn, f"{a}->{b}", old, shape)
+                    netem = self.impairment is not None and self.impairment.backend == "netem"
+                    # a leaf leaving the jitter driver is released first (sync waits for the driver to
+                    # read it), else one of its stale interval changes could land after ours
+                    release = netem and driven(old) and not driven(shape)
+                    if release:
+                        object.__setattr__(w, attr, shape)
+                        jitter_control.sync(self)
+                    try:
+                        self._change(node, ifn, f"{a}->{b}", old, shape)
+                    except BaseException:
+                        if release:
+                            object.__setattr__(w, attr, old)
+                            jitter_control.sync(self)
+                        raise
                     object.__setattr__(w, attr, shape)
                     self._save_links()
+                    if netem and driven(shape):
+                        jitter_control.sync(self)
                     return
         raise ValidationError("link", f"no WAN link {a}->{b}", f"name two adjacent DCs ({self._link_names()})")
 
@@ -766,6 +795,8 @@ class EmulatedNetwork:
                         errors.append(f"{p.node}:{p.ifname}: {e}")
             if errors:
                 raise RuntimeError("starting the userspace impairment failed: " + "; ".join(errors))
+        if use_netem:  # jitter with order kept: the defined per-interval process, moved by the driver
+            jitter_control.sync(self)
         self.applied = self.read_back()
         if use_netem and self.seed is not None:
             seeds = [v["shape"].get("prng_seed") for k, v in self.applied.items() if v["shape"].get("leaf") == "netem"]
