@@ -94,6 +94,23 @@ if [ -n "${SUDO_UID:-}" ] && [ "${SUDO_UID}" != 0 ] && [ "$(id -u)" = 0 ]; then
   done
 fi
 
+# TCP congestion controls the hosts may use.  A network namespace may only pick an algorithm the
+# machine allows (net.ipv4.tcp_allowed_congestion_control); hosts run cubic unless a topology says
+# otherwise (some machines default to BBR and allow only "reno bbr").  Adding names to the allowed
+# list changes no one's default; it is kept across reboots in /etc/sysctl.d.
+allowed="$(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control 2>/dev/null || true)"
+want="$allowed"
+for cc in cubic bbr; do
+  if grep -qw "$cc" /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null && ! grep -qw "$cc" <<<"$want"; then
+    want="$want $cc"
+  fi
+done
+if [ "$want" != "$allowed" ]; then
+  log "tcp: allowing congestion controls '$want' in network namespaces (was '$allowed')"
+  sysctl -qw net.ipv4.tcp_allowed_congestion_control="$want"
+  printf 'net.ipv4.tcp_allowed_congestion_control = %s\n' "$want" > /etc/sysctl.d/90-geo-testbed.conf
+fi
+
 # `sudo testbed ...` from anywhere
 ln -sf "$VENV/bin/testbed" /usr/local/bin/testbed
 

@@ -146,6 +146,21 @@ def _firewall() -> Capability:
     return Capability("host-firewall", True, detail)
 
 
+def _tcp() -> Capability:
+    """The hosts' default TCP congestion control (cubic) can be set in their namespaces."""
+    from topologies.model import DEFAULT_CONGESTION_CONTROL
+    from traffic_control.capabilities import congestion_control_problem, tcp_congestion_controls
+
+    available, allowed, default = tcp_congestion_controls()
+    problem = congestion_control_problem(DEFAULT_CONGESTION_CONTROL)
+    detail = (f"hosts run {DEFAULT_CONGESTION_CONTROL} unless a topology says otherwise; this machine's default "
+              f"{default}, available {' '.join(available)}, allowed in namespaces {' '.join(allowed)}")
+    if problem is None:
+        return Capability("tcp-congestion-control", True, detail)
+    return Capability("tcp-congestion-control", False, f"{detail}: {problem.split('; fix: ')[0]}",
+                      problem.partition("; fix: ")[2])
+
+
 def run_doctor() -> dict[str, Any]:
     caps: list[Capability] = []
     root = os.geteuid() == 0
@@ -159,6 +174,7 @@ def run_doctor() -> dict[str, Any]:
     caps.append(_lab())
     caps.append(_userspace())
     caps.append(_firewall())
+    caps.append(_tcp())
     netem = kernel.get("netem")
     if netem is not None and not netem.ok:
         netem.fix += ("; on this machine: `testbed lab -- CMD` runs CMD under a stock kernel that has netem, "

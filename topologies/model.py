@@ -36,6 +36,9 @@ MIN_MEMORY, MAX_MEMORY = 16 * 2**20, 2**40
 _NAME_RE = re.compile(r"[a-z][a-z0-9]*")
 
 DEFAULT_LAN = LinkShape()  # unshaped unless the spec says otherwise
+#: The hosts' TCP congestion control unless the spec says otherwise: Linux's default, set explicitly so
+#: that a machine whose own default differs (BBR here) does not change the results silently.
+DEFAULT_CONGESTION_CONTROL = "cubic"
 
 
 def check_name(name: object, field: str) -> str:
@@ -60,6 +63,7 @@ class DataCenter:
     cpu: float | None = None  # CPU share per host, as a fraction of one core
     label: str = ""  # free text (region name), shown in reports
     memory: int | None = None  # memory limit per host, bytes (its cgroup; past it the OOM killer acts)
+    congestion_control: str = "cubic"  # TCP congestion control of every host of the DC (README "TCP")
 
     def host_names(self) -> list[str]:
         return [f"{self.name}-h{i}" for i in range(1, self.hosts + 1)]
@@ -224,6 +228,8 @@ class Topology:
                 e["label"] = dc.label
             if dc.memory is not None:
                 e["memory"] = f"{dc.memory // 2**20}MiB" if dc.memory % 2**20 == 0 else dc.memory
+            if dc.congestion_control != DEFAULT_CONGESTION_CONTROL:
+                e["tcp"] = {"congestion_control": dc.congestion_control}
             dcs.append(e)
         d["dcs"] = dcs
 
@@ -268,6 +274,14 @@ class _DcItemSchema:
                           handler(core)]}
 
 
+class TcpSpec(SpecModel):
+    """The transport of a DC's hosts."""
+
+    congestion_control: str | None = unit_field(None, pattern=r"^[a-z0-9_]{1,15}$",
+                                                fix="e.g. congestion_control: cubic (or bbr, reno)")
+    """TCP congestion control of every host (default cubic, Linux's own default)"""
+
+
 class DataCenterSpec(SpecModel):
     """A data center: ``hosts`` trainer hosts on a LAN behind one router."""
 
@@ -284,6 +298,8 @@ class DataCenterSpec(SpecModel):
     """memory limit per host (cgroup; past it the OOM killer acts, named in the trial's reason)"""
     label: str = unit_field("", fix="e.g. label: 'us-east-1'")
     """free text shown in reports (a region name)"""
+    tcp: TcpSpec | None = unit_field(fix="e.g. tcp: {congestion_control: bbr}")
+    """the hosts' transport (default: defaults.tcp, else cubic)"""
 
 
 class DefaultsSpec(SpecModel):
@@ -294,6 +310,7 @@ class DefaultsSpec(SpecModel):
     wan: ShapeSpec = unit_field(default_factory=ShapeSpec, fix="e.g. wan: {rate: 1Gbit, delay: 10ms}")
     cpu: float | None = unit_field(None, gt=0, le=64, fix="e.g. cpu: 0.5")
     memory: Size | None = unit_field(None, ge=MIN_MEMORY, le=MAX_MEMORY, fix="e.g. memory: 2GiB")
+    tcp: TcpSpec | None = unit_field(fix="e.g. tcp: {congestion_control: bbr}")
 
 
 class LinkSpec(ShapeSpec):
@@ -364,7 +381,9 @@ def from_dict(data: Any, source: str = "") -> Topology:
         lan = DEFAULT_LAN if lan_spec is None else _shape(lan_spec.given(), where)
         cpu = raw.cpu if raw.cpu is not None else defaults.cpu
         memory = raw.memory if raw.memory is not None else defaults.memory
-        dcs.append(DataCenter(raw.name, hosts, lan, None if cpu is None else float(cpu), raw.label, memory))
+        cc = next((t.congestion_control for t in (raw.tcp, defaults.tcp) if t is not None and t.congestion_control),
+                  DEFAULT_CONGESTION_CONTROL)
+        dcs.append(DataCenter(raw.name, hosts, lan, None if cpu is None else float(cpu), raw.label, memory, cc))
 
     # -------------------------------------------------------------- links
     if len(dcs) > 1 and not spec.links:

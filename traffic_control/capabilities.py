@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from pyroute2 import NetNS, netns
@@ -144,3 +145,34 @@ def cleanup_probes() -> list[str]:
             except OSError:
                 pass
     return removed
+
+
+def tcp_congestion_controls() -> tuple[list[str], list[str], str]:
+    """(available, allowed in network namespaces, the root namespace's default) TCP congestion controls.
+
+    A namespace other than the first may only choose an algorithm in the
+    *allowed* list as its default (``net.ipv4.tcp_allowed_congestion_control``,
+    a machine-wide setting; the kernel answers EPERM otherwise); *available*
+    lists what is loaded (``modprobe tcp_bbr`` adds BBR where it is a module).
+    """
+    def read(name: str) -> str:
+        try:
+            return Path(f"/proc/sys/net/ipv4/{name}").read_text().strip()
+        except OSError:
+            return ""
+
+    return (read("tcp_available_congestion_control").split(), read("tcp_allowed_congestion_control").split(),
+            read("tcp_congestion_control"))
+
+
+def congestion_control_problem(name: str) -> str | None:
+    """Why a namespace cannot use ``name`` as its TCP congestion control (None when it can), with the fix."""
+    available, allowed, _default = tcp_congestion_controls()
+    if name not in available:
+        return (f"the kernel has no TCP congestion control {name!r} loaded (available: {' '.join(available)}); "
+                f"fix: modprobe tcp_{name}, or choose one of those")
+    if name not in allowed:
+        return (f"{name!r} is not allowed in network namespaces (net.ipv4.tcp_allowed_congestion_control = "
+                f"{' '.join(allowed)!r}); fix: sudo sysctl -w net.ipv4.tcp_allowed_congestion_control="
+                f"'{' '.join([*allowed, name])}' (scripts/bootstrap.sh does this), or choose one of those")
+    return None

@@ -247,7 +247,20 @@ def check_preconditions(topo: Topology, impairment: str, allow_missing_netem: bo
 
         ovsctl.require()
     _check_lan_impairment(topo, imp)
+    check_transport(topo)
     return imp
+
+
+def check_transport(topo: Topology) -> None:
+    """Every DC's TCP congestion control can be set in a network namespace here (ValidationError naming
+    ``dcs[i].tcp.congestion_control`` with the fix, before anything is built)."""
+    from traffic_control.capabilities import congestion_control_problem
+
+    for i, dc in enumerate(topo.dcs):
+        problem = congestion_control_problem(dc.congestion_control)
+        if problem:
+            msg, _, fix = problem.partition("; fix: ")
+            raise ValidationError(f"dcs[{i}].tcp.congestion_control", msg, fix)
 
 
 def _check_lan_impairment(topo: Topology, imp: Impairment) -> None:
@@ -323,6 +336,7 @@ class EmulatedNetwork:
 
             ovsctl.require()
         _check_lan_impairment(self.topo, self.impairment)
+        check_transport(self.topo)
         if self.impairment.skipped:
             self.log(f"WARNING: impairment backend {self.impairment.backend!r}; delay/jitter/loss are SKIPPED on: "
                      + "; ".join(self.impairment.skipped))
@@ -622,13 +636,18 @@ class EmulatedNetwork:
             # IPv6 off: the testbed speaks IPv4 only, and IPv6's own chatter (router solicitations,
             # MLD, DAD) would cross the shaped links, count in their bytes and consume the impairment's
             # random draws at times that differ from trial to trial.
+            # The congestion control is set explicitly (a new namespace inherits the machine's default,
+            # BBR on the development machines, whose PROBE_RTT pauses a flow for 200 ms every 10 s).
+            cc = self.topo.dc(node.dc).congestion_control
             cmds = [f"net.ipv4.tcp_rmem='{TCP_MEM}'", f"net.ipv4.tcp_wmem='{TCP_MEM}'",
                     "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0",
-                    "net.ipv4.tcp_slow_start_after_idle=0",
+                    "net.ipv4.tcp_slow_start_after_idle=0", f"net.ipv4.tcp_congestion_control={cc}",
                     "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"]
             if node.role == "router":
                 cmds.append("net.ipv4.ip_forward=1")
-            h.cmd("sysctl -qw " + " ".join(cmds))
+            got = h.cmd("sysctl -qw " + " ".join(cmds) + " 2>&1; cat /proc/sys/net/ipv4/tcp_congestion_control")
+            if got.strip().splitlines()[-1:] != [cc]:
+                raise NetworkError(f"{node.name}: could not set TCP congestion control {cc!r}: {got.strip()[-300:]}")
             return h
 
         workers = 8

@@ -37,8 +37,10 @@ UNKNOWN = "zz_not_a_key"
 
 TOPOLOGY = {
     "name": "t", "description": "d", "scale": 1.0, "switch": "bridge",
-    "defaults": {"hosts": 1, "lan": {"rate": "1Gbit"}, "wan": {"rate": "100Mbit"}, "cpu": 1.0, "memory": "1GiB"},
-    "dcs": [{"name": "a", "hosts": 1, "lan": {"rate": "1Gbit"}, "cpu": 1.0, "memory": "1GiB", "label": "x"},
+    "defaults": {"hosts": 1, "lan": {"rate": "1Gbit"}, "wan": {"rate": "100Mbit"}, "cpu": 1.0, "memory": "1GiB",
+                 "tcp": {"congestion_control": "cubic"}},
+    "dcs": [{"name": "a", "hosts": 1, "lan": {"rate": "1Gbit"}, "cpu": 1.0, "memory": "1GiB", "label": "x",
+             "tcp": {"congestion_control": "reno"}},
             {"name": "b", "hosts": 1}],
     "links": [{"a": "a", "b": "b", "rate": "10Mbit", "forward": {"delay": "1ms"}, "reverse": {"delay": "2ms"}}],
     "ps": "a", "routes": {},
