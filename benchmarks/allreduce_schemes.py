@@ -52,6 +52,10 @@ def main() -> int:
     ap.add_argument("topology", help="bundled topology name or a YAML/JSON file")
     ap.add_argument("--size", default="8MB", help="gradient size (default 8MB)")
     ap.add_argument("--iters", type=int, default=3, help="timed iterations per scheme (median reported)")
+    ap.add_argument("--warmup", type=int, default=3,
+                    help="untimed interleaved iterations first (default 3: connections set up and TCP's "
+                         "windows grown after the first calls' losses; measured: the tree schemes' times "
+                         "fall over the first ~3-6 calls on three_dc_triangle)")
     ap.add_argument("--schemes", default="all",
                     help="comma-separated baselines to run beside BLP (default: every executable one)")
     ap.add_argument("--impairment", default="auto", help="netem, userspace or auto")
@@ -79,6 +83,7 @@ def main() -> int:
         tmp = Path(tempfile.mkdtemp(prefix="allreduce-schemes-"))
         cfg = {"master": hosts[0].ip, "port": 29555, "world": len(hosts), "plan": json.loads(plan.to_json()),
                "dc_of_rank": {str(r): h.dc for r, h in enumerate(hosts)}, "iters": args.iters,
+               "warmup": args.warmup,
                "schemes": specs, "out": str(tmp / "result.json"), "blp_predicted_s": plan.predicted_time_s + lan}
         (tmp / "cfg.json").write_text(json.dumps(cfg))
         worker = str(Path(__file__).with_name("allreduce_schemes_worker.py"))
@@ -120,7 +125,8 @@ def render(name: str, scale: float, ranks: int, size: int, imp: str, res: dict, 
         else:
             lines.append(f"{k:<13}{'-':>11}{'-':>14}{base[k].time_s + lan_s:>12.3f}{'-':>10}  {'-':<4}{'-':>10}"
                          f"{(base[k].time_s + lan_s) / blp_pred:>10.3f}{'-':>6}  {detail} (predicted only)")
-    lines.append(f"(median and quartiles of {len(res[rows[0]].get('times_s', []))} interleaved iterations, each from a "
+    lines.append(f"(median and quartiles of {len(res[rows[0]].get('times_s', []))} interleaved iterations after "
+                 f"{res.get('warmup', '?')} untimed ones, each from a "
                  f"start agreed on the shared clock; latest start {res.get('start_lateness_s', 0) * 1e3:.1f} ms "
                  "after it; RTOs: TCP retransmission timeouts in the timed calls, all ranks)")
     lines.append(f"(leader-based predictions = WAN model + {lan_s:.3f} s of intra-DC reduce/broadcast; "

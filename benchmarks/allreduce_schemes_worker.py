@@ -30,7 +30,7 @@ def main() -> int:
     # intra-DC phases as gloo collectives on per-DC groups (point-to-point send/recv stalls
     # in ~40 ms steps on these links; see testbed/training/collectives.py)
     groups = make_dc_groups(dc_of_rank)
-    res = compare(plan, rank, dc_of_rank, iters=cfg["iters"], warmup=1, group_of_dc=groups,
+    res = compare(plan, rank, dc_of_rank, iters=cfg["iters"], warmup=cfg.get("warmup", 1), group_of_dc=groups,
                   schemes=cfg["schemes"], predicted={"blp": cfg["blp_predicted_s"]}, out=None)
     if rank == 0:
         with open(cfg["out"], "w") as f:

@@ -233,6 +233,7 @@ def compare(plan: Plan, rank: int, dc_of_rank: Mapping[int, str], leaders: Mappi
                         "tcp_retrans_segs": retrans[name], "tcp_timeouts": timeouts[name],
                         "phases_median_s": {k: statistics.median(v) for k, v in phases[name].items()}}
     result["start_lateness_s"] = worst_late
+    result["warmup"] = warmup
     result["blp_bytes_sent"] = result["blp"]["bytes_sent"]
     for name in result["schemes"]:
         result[name]["over_blp"] = result[name]["median_s"] / result["blp"]["median_s"]
