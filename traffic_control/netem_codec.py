@@ -11,6 +11,16 @@ parameters the testbed uses:
   the attribute (it appeared in Linux 6.7) ignore it silently, which
   :func:`seed_applied` detects from the read-back: such a kernel draws from
   its unseeded generator.
+* ``gemodel``: ``TCA_NETEM_LOSS`` with a nested ``NETEM_LOSS_GE`` (struct
+  ``tc_netem_gemodel``: p, r, h, k1 as u32 fractions of 2^32 - 1), the
+  Gilbert-Elliott loss model; ``h`` is the probability of *delivery* in the
+  bad state and ``k1`` the probability of *loss* in the good state (the
+  kernel's ``loss_gilb_ell``).  Without the attribute a ``change`` resets
+  netem to independent loss, so a link leaves the model by omitting it.
+* ``corrupt``: ``TCA_NETEM_CORRUPT`` sent on every request, 0 included:
+  the kernel keeps a corruption probability a ``change`` does not send, so
+  clearing it needs an explicit 0 (pyroute2 sends the attribute only when
+  non-zero).
 * the fix for ``rate``: pyroute2's netem plugin reads ``rate`` from the
   keyword arguments but leaves it in the request, where it is then encoded
   as the top-level ``TCA_RATE`` attribute and the request fails to encode
@@ -24,6 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pyroute2.netlink import nla
 from pyroute2.netlink.rtnl.tcmsg import sched_netem
 
 #: netem's nested attributes in kernel order (the index is the attribute type).
@@ -33,7 +44,7 @@ NLA_MAP = (
     ("TCA_NETEM_DELAY_DIST", "none"),
     ("TCA_NETEM_REORDER", "netem_reorder"),
     ("TCA_NETEM_CORRUPT", "netem_corrupt"),
-    ("TCA_NETEM_LOSS", "none"),
+    ("TCA_NETEM_LOSS", "netem_loss"),
     ("TCA_NETEM_RATE", "netem_rate"),
     ("TCA_NETEM_ECN", "uint32"),
     ("TCA_NETEM_RATE64", "uint64"),
@@ -49,10 +60,57 @@ NLA_MAP = (
 PRNG_SEED_SINCE = "6.7"
 
 _original_get_parameters = sched_netem.get_parameters
+U32_MAX = 2**32 - 1
+
+
+class netem_loss(nla):  # noqa: N801 - pyroute2's naming of nested attribute classes
+    """TCA_NETEM_LOSS: the loss model's parameters (only the Gilbert-Elliott one is used)."""
+
+    nla_map = (("NETEM_LOSS_UNSPEC", "none"), ("NETEM_LOSS_GI", "none"), ("NETEM_LOSS_GE", "gemodel"))
+
+    class gemodel(nla):  # noqa: N801
+        fields = (("p", "I"), ("r", "I"), ("h", "I"), ("k1", "I"))
+
+
+def _u32(fraction: float) -> int:
+    return max(0, min(U32_MAX, int(round(fraction * U32_MAX))))
+
+
+def gemodel_attr(p_pct: float, r_pct: float, loss_bad_pct: float, loss_good_pct: float) -> list[Any]:
+    """The ``TCA_NETEM_LOSS`` attribute of a Gilbert-Elliott model given in the spec's terms."""
+    return ["TCA_NETEM_LOSS", {"attrs": [["NETEM_LOSS_GE", {
+        "p": _u32(p_pct / 100), "r": _u32(r_pct / 100), "h": _u32(1 - loss_bad_pct / 100),
+        "k1": _u32(loss_good_pct / 100)}]]}]
+
+
+def gemodel_of(options: Any) -> dict[str, float] | None:
+    """A dumped netem qdisc's Gilbert-Elliott model in the spec's terms (percent), or None."""
+    if options is None or not hasattr(options, "get_attr"):
+        return None
+    loss = options.get_attr("TCA_NETEM_LOSS")
+    ge = loss.get_attr("NETEM_LOSS_GE") if loss is not None and hasattr(loss, "get_attr") else None
+    if ge is None:
+        return None
+    return {"ge_p_pct": ge["p"] / U32_MAX * 100, "ge_r_pct": ge["r"] / U32_MAX * 100,
+            "ge_loss_bad_pct": (1 - ge["h"] / U32_MAX) * 100, "ge_loss_good_pct": ge["k1"] / U32_MAX * 100}
+
+
+def corrupt_pct_of(options: Any) -> float:
+    if options is None or not hasattr(options, "get_attr"):
+        return 0.0
+    c = options.get_attr("TCA_NETEM_CORRUPT")
+    return 0.0 if c is None else c["prob_corrupt"] / U32_MAX * 100
 
 
 def _get_parameters(kwarg: dict[str, Any]) -> dict[str, Any]:
+    corrupt = kwarg.pop("corrupt", None)
     opts = _original_get_parameters(kwarg)
+    if corrupt is not None:
+        opts["attrs"] = [a for a in opts["attrs"] if a[0] != "TCA_NETEM_CORRUPT"]
+        opts["attrs"].append(["TCA_NETEM_CORRUPT", {"prob_corrupt": _u32(corrupt / 100), "corr_corrupt": 0}])
+    ge = kwarg.get("gemodel")
+    if ge is not None:
+        opts["attrs"].append(gemodel_attr(*ge))
     seed = kwarg.get("prng_seed")
     if seed is not None:
         opts["attrs"].append(["TCA_NETEM_PRNG_SEED", int(seed) & (2**64 - 1)])
@@ -60,7 +118,7 @@ def _get_parameters(kwarg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fix_request(request: Any) -> None:
-    for key in ("rate", "prng_seed"):
+    for key in ("rate", "prng_seed", "gemodel", "corrupt"):
         if key in request:
             del request[key]
 
@@ -70,6 +128,7 @@ def install() -> None:
     opts = sched_netem.options
     if opts.nla_map != NLA_MAP:
         opts.nla_map = NLA_MAP
+        opts.netem_loss = netem_loss
         # pyroute2 compiles a class's attribute table on first use: make it compile the new one.
         opts._nlmsg_base__compiled_nla = False
     sched_netem.get_parameters = _get_parameters

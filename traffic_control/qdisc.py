@@ -108,6 +108,17 @@ def leaf_op(shape: LinkShape, command: str, netem: bool | None, seed: int | None
             argv += [f"{_us(shape.jitter_s)}us"]
         if shape.loss_pct:
             argv += ["loss", f"{shape.loss_pct:g}%"]
+        if shape.gilbert_elliott:
+            # tc's words: gemodel p r 1-h 1-k (the loss probabilities in the bad and the good state)
+            params["gemodel"] = (shape.ge_p_pct, shape.ge_r_pct, shape.ge_loss_bad_pct, shape.ge_loss_good_pct)
+            argv += ["loss", "gemodel", f"{shape.ge_p_pct:g}%", f"{shape.ge_r_pct:g}%", f"{shape.ge_loss_bad_pct:g}%",
+                     f"{shape.ge_loss_good_pct:g}%"]
+        params["duplicate"] = shape.duplicate_pct
+        params["corrupt"] = shape.corrupt_pct
+        if shape.duplicate_pct:
+            argv += ["duplicate", f"{shape.duplicate_pct:g}%"]
+        if shape.corrupt_pct:
+            argv += ["corrupt", f"{shape.corrupt_pct:g}%"]
         argv += ["limit", str(limit)]
         if (shape.jitter_s or keep_order) and not shape.reorder:
             # A netem rate keeps release times monotonic: jitter without reordering.

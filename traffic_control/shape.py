@@ -12,6 +12,10 @@ backend, the dry run and the userspace backend agree:
   headroom: packets held for the delay plus one round trip of standing queue,
   times ``headroom``.  netem's default of 1000 packets drops at
   Gbit/s x tens of ms.
+* Loss is Bernoulli (``loss``) or Gilbert-Elliott (``gilbert_elliott``: a
+  good and a bad state, bursts of loss); ``duplicate`` and ``corrupt`` are
+  netem's (the userspace backend holds packet ids, not payloads, and refuses
+  them).
 * Jitter reorders packets in netem (each packet gets its own release time)
   unless netem is also given a ``rate``, in which case release times are kept
   monotonic.  ``reorder=False`` (the default) therefore sets a netem rate far
@@ -59,6 +63,16 @@ class LinkShape:
     burst_time_s: float = 0.001
     headroom: float = 2.0
     jitter_interval_s: float | None = None
+    duplicate_pct: float = 0.0
+    corrupt_pct: float = 0.0
+    #: Gilbert-Elliott loss: P(good -> bad) per packet; 0 = no Gilbert-Elliott model (``loss_pct`` applies)
+    ge_p_pct: float = 0.0
+    #: P(bad -> good) per packet (the mean bad run is 1 / r packets)
+    ge_r_pct: float = 0.0
+    #: loss probability in the bad state (netem's 1 - h)
+    ge_loss_bad_pct: float = 100.0
+    #: loss probability in the good state (netem's 1 - k)
+    ge_loss_good_pct: float = 0.0
 
     # ----------------------------------------------------------------- checks
     def __post_init__(self) -> None:
@@ -72,7 +86,11 @@ class LinkShape:
 
         for name, key, example in (("delay_s", "delay", "'10ms'"), ("jitter_s", "jitter", "'1ms'"),
                                    ("loss_pct", "loss", "'0.5%'"), ("burst_time_s", "burst_time", "'1ms'"),
-                                   ("headroom", "headroom", "2")):
+                                   ("headroom", "headroom", "2"), ("duplicate_pct", "duplicate", "'1%'"),
+                                   ("corrupt_pct", "corrupt", "'0.1%'"), ("ge_p_pct", "gilbert_elliott.p", "'1%'"),
+                                   ("ge_r_pct", "gilbert_elliott.r", "'25%'"),
+                                   ("ge_loss_bad_pct", "gilbert_elliott.loss_bad", "'100%'"),
+                                   ("ge_loss_good_pct", "gilbert_elliott.loss_good", "'0%'")):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValidationError(at(key), f"must be a finite number, got {value!r}", f"write e.g. {key}: {example}")
@@ -99,6 +117,18 @@ class LinkShape:
         if not 0 <= self.loss_pct <= 100:
             raise ValidationError(at("loss"), f"loss must be within [0, 100] %, got {self.loss_pct}",
                                   "write e.g. '0.5%'")
+        for name, key in (("duplicate_pct", "duplicate"), ("corrupt_pct", "corrupt"), ("ge_p_pct", "gilbert_elliott.p"),
+                          ("ge_r_pct", "gilbert_elliott.r"), ("ge_loss_bad_pct", "gilbert_elliott.loss_bad"),
+                          ("ge_loss_good_pct", "gilbert_elliott.loss_good")):
+            if not 0 <= getattr(self, name) <= 100:
+                raise ValidationError(at(key), f"must be within [0, 100] %, got {getattr(self, name)}",
+                                      "write e.g. '1%'")
+        if self.ge_p_pct > 0 and self.loss_pct > 0:
+            raise ValidationError(at("gilbert_elliott"), "both loss and gilbert_elliott given",
+                                  "give one loss model: loss (independent) or gilbert_elliott (bursts)")
+        if self.ge_p_pct > 0 and not self.ge_r_pct > 0:
+            raise ValidationError(at("gilbert_elliott.r"), "r must be > 0 (else the bad state never ends)",
+                                  "give e.g. r: 25% (mean bad run 1 / r = 4 packets)")
         if self.limit is not None and self.limit < 1:
             raise ValidationError(at("limit"), f"queue limit must be >= 1 packet, got {self.limit}",
                                   "omit it to size the queue from the bandwidth-delay product")
@@ -120,7 +150,21 @@ class LinkShape:
     @property
     def needs_netem(self) -> bool:
         """True when delay, jitter or loss are asked for (things HTB cannot do)."""
-        return self.delay_s > 0 or self.jitter_s > 0 or self.loss_pct > 0
+        return (self.delay_s > 0 or self.jitter_s > 0 or self.loss_pct > 0 or self.ge_p_pct > 0
+                or self.duplicate_pct > 0 or self.corrupt_pct > 0)
+
+    @property
+    def gilbert_elliott(self) -> bool:
+        return self.ge_p_pct > 0
+
+    @property
+    def expected_loss_pct(self) -> float:
+        """The long-run loss rate the spec implies: ``loss``, or Gilbert-Elliott's stationary one
+        (``pi_bad = p / (p + r)``; ``pi_bad x loss_bad + (1 - pi_bad) x loss_good``)."""
+        if not self.gilbert_elliott:
+            return self.loss_pct
+        pi_bad = self.ge_p_pct / (self.ge_p_pct + self.ge_r_pct)
+        return pi_bad * self.ge_loss_bad_pct + (1 - pi_bad) * self.ge_loss_good_pct
 
     @property
     def burst_bytes(self) -> int:
@@ -164,7 +208,8 @@ class LinkShape:
 
     def without_netem(self) -> LinkShape:
         """The same shape with delay, jitter and loss removed (rate only)."""
-        return replace(self, delay_s=0.0, jitter_s=0.0, loss_pct=0.0)
+        return replace(self, delay_s=0.0, jitter_s=0.0, loss_pct=0.0, duplicate_pct=0.0, corrupt_pct=0.0,
+                       ge_p_pct=0.0, ge_r_pct=0.0, ge_loss_bad_pct=100.0, ge_loss_good_pct=0.0)
 
     # -------------------------------------------------------------- (de)ser
     def to_dict(self, human: bool = True) -> dict[str, Any]:
@@ -179,7 +224,11 @@ class LinkShape:
             return d
         out: dict[str, Any] = {}
         for k, v in d.items():
-            if k == "rate_bps":
+            if k.startswith("ge_"):
+                out.setdefault("gilbert_elliott", {})[k[3:-4]] = f"{v:g}%"
+            elif k in ("duplicate_pct", "corrupt_pct"):
+                out[k[:-4]] = f"{v:g}%"
+            elif k == "rate_bps":
                 out["rate"] = format_rate(v)
             elif k in ("delay_s", "jitter_s", "burst_time_s", "jitter_interval_s"):
                 out[k[:-2]] = format_time(v)
@@ -202,6 +251,13 @@ class LinkShape:
             parts.append(f"jitter {format_time(self.jitter_s)}{'' if self.reorder else ' (in order)'}")
         if self.loss_pct:
             parts.append(f"loss {self.loss_pct:g}%")
+        if self.gilbert_elliott:
+            parts.append(f"Gilbert-Elliott loss p {self.ge_p_pct:g}% r {self.ge_r_pct:g}% bad {self.ge_loss_bad_pct:g}% "
+                         f"good {self.ge_loss_good_pct:g}% (mean {self.expected_loss_pct:.3g}%)")
+        if self.duplicate_pct:
+            parts.append(f"duplicate {self.duplicate_pct:g}%")
+        if self.corrupt_pct:
+            parts.append(f"corrupt {self.corrupt_pct:g}%")
         return ", ".join(parts)
 
 
@@ -231,6 +287,19 @@ def _wan_time(value: Any, info: Any) -> Any:
 WanTime = Annotated[Duration, BeforeValidator(_wan_time)]
 
 
+class GilbertElliottSpec(SpecModel):
+    """Bursty loss: a two-state Markov chain per packet (netem's ``loss gemodel``)."""
+
+    p: Percent = unit_field(fix="e.g. p: 1%")
+    """probability per packet of moving from the good to the bad state"""
+    r: Percent = unit_field(fix="e.g. r: 25%")
+    """probability per packet of moving from the bad to the good state (mean bad run 1 / r packets)"""
+    loss_bad: Percent | None = unit_field(None, fix="e.g. loss_bad: 100%")
+    """loss probability in the bad state (default 100 %)"""
+    loss_good: Percent | None = unit_field(None, fix="e.g. loss_good: 0%")
+    """loss probability in the good state (default 0 %)"""
+
+
 class ShapeSpec(SpecModel):
     """One direction of a link as a spec writes it (every key optional: unset keys inherit)."""
 
@@ -245,7 +314,13 @@ class ShapeSpec(SpecModel):
     jitter_interval: Duration | None = unit_field(fix="e.g. jitter_interval: 40ms")
     """with order kept, how long one jitter draw holds (default 10 x jitter, at least 1 ms)"""
     loss: Percent | None = unit_field(fix="e.g. loss: 0.1%")
-    """random packet loss"""
+    """random packet loss, independent per packet"""
+    gilbert_elliott: GilbertElliottSpec | None = unit_field(fix="e.g. gilbert_elliott: {p: 1%, r: 25%}")
+    """bursty loss instead of ``loss`` (both backends)"""
+    duplicate: Percent | None = unit_field(fix="e.g. duplicate: 1%")
+    """packets sent twice (netem backend only)"""
+    corrupt: Percent | None = unit_field(fix="e.g. corrupt: 0.1%")
+    """packets with one bit flipped (netem backend only; the receiver's checksum drops them)"""
     reorder: bool | None = unit_field(fix="write reorder: true")
     """a jitter draw per packet, packets overtake (netem's default); false: order kept, a draw per interval"""
     limit: Packets | None = unit_field(fix="e.g. limit: 1000")
@@ -285,6 +360,14 @@ def shape_kwargs(given: dict[str, Any]) -> dict[str, Any]:
             kw[f"{key}_s"] = value
         elif key == "loss":
             kw["loss_pct"] = value
+        elif key in ("duplicate", "corrupt"):
+            kw[f"{key}_pct"] = value
+        elif key == "gilbert_elliott":
+            if value is not None:
+                ge = value if isinstance(value, GilbertElliottSpec) else GilbertElliottSpec(**value)
+                kw.update(ge_p_pct=ge.p, ge_r_pct=ge.r,
+                          ge_loss_bad_pct=100.0 if ge.loss_bad is None else ge.loss_bad,
+                          ge_loss_good_pct=0.0 if ge.loss_good is None else ge.loss_good)
         elif value is not None or key == "limit":
             kw[key] = value
     return kw

@@ -117,6 +117,9 @@ def _print_dry_run(net: EmulatedNetwork) -> None:
     req = net.requested
     backend = req if req != "auto" else ("netem" if _kernel_has_netem() else "userspace")
     netem = backend == "netem"
+    from .emulation import Impairment, check_backend_features
+
+    check_backend_features(net.topo, Impairment(backend, netem))  # what up would refuse, refused here too
     print("\n".join(net.plan.describe()))
     print()
     print(f"# impairment backend: {backend}")

@@ -30,6 +30,7 @@ intervals, not packets), at most :data:`MAX_TRAIN_S`.
 from __future__ import annotations
 
 import math
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,28 @@ def intervals_in(shape: LinkShape, seconds: float) -> int:
     if not shape.jitter_s or seconds <= 0:
         return 0
     return max(1, int(seconds / interval_s(shape.jitter_s, shape.jitter_interval_s)))
+
+
+def loss_interval(n: int, shape: LinkShape, confidence: float = LOSS_CONFIDENCE) -> tuple[int, int]:
+    """Where the count of ``n`` packets lost on ``shape`` falls with ``confidence``.
+
+    Independent loss: the exact binomial interval.  Gilbert-Elliott: losses
+    come in runs, so the count varies far more than a binomial's; its
+    variance per packet is ``mu(1-mu) + 2 pi_b pi_g (l_b - l_g)^2 lam / (1 - lam)``
+    (``lam = 1 - p - r``, the chain's second eigenvalue; a loss is drawn in
+    the state the packet arrives in), and the interval is the normal one.
+    """
+    if not shape.gilbert_elliott:
+        return binomial_interval(n, shape.loss_pct / 100, confidence)
+    p, r = shape.ge_p_pct / 100, shape.ge_r_pct / 100
+    lb, lg = shape.ge_loss_bad_pct / 100, shape.ge_loss_good_pct / 100
+    mu = shape.expected_loss_pct / 100
+    pi_b = p / (p + r)
+    lam = 1 - p - r
+    var = mu * (1 - mu) + (2 * pi_b * (1 - pi_b) * (lb - lg) ** 2 * lam / (1 - lam) if lam < 1 else 0.0)
+    z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+    half = z * math.sqrt(max(0.0, n * var))
+    return max(0, math.floor(n * mu - half)), min(n, math.ceil(n * mu + half))
 
 
 def binomial_interval(n: int, p: float, confidence: float = LOSS_CONFIDENCE) -> tuple[int, int]:
@@ -135,9 +158,10 @@ def checks_for(subject: str, shape: LinkShape, sent: dict[str, Any], got: dict[s
                      {**base, "max_s": got.get("max_s")}))
     n = int(sent.get("sent") or 0)
     lost = n - int(got.get("unique") or 0)
-    lo, hi = binomial_interval(n, shape.loss_pct / 100)
-    out.append(Check("loss", subject, shape.loss_pct / 100 * n, lost, "packets",
-                     f"lost within the {LOSS_CONFIDENCE:.0%} binomial interval [{lo}, {hi}] of {n} sent",
+    lo, hi = loss_interval(n, shape)
+    model = "Gilbert-Elliott (normal approximation)" if shape.gilbert_elliott else "binomial"
+    out.append(Check("loss", subject, shape.expected_loss_pct / 100 * n, lost, "packets",
+                     f"lost within the {LOSS_CONFIDENCE:.0%} {model} interval [{lo}, {hi}] of {n} sent",
                      "pass" if lo <= lost <= hi else "fail",
                      {**base, "loss_pct": 100 * lost / n if n else None, "interval": [lo, hi]}))
     keeps_order = not (shape.reorder and shape.jitter_s)

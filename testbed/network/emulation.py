@@ -247,8 +247,22 @@ def check_preconditions(topo: Topology, impairment: str, allow_missing_netem: bo
 
         ovsctl.require()
     _check_lan_impairment(topo, imp)
+    check_backend_features(topo, imp)
     check_transport(topo)
     return imp
+
+
+def check_backend_features(topo: Topology, imp: Impairment) -> None:
+    """Every impairment the spec asks for can be done by the chosen backend (ValidationError naming the
+    field and the fix, before anything is built): the userspace daemons hold packet ids, not payloads,
+    so they can neither duplicate nor corrupt a packet."""
+    if imp.backend != "userspace":
+        return
+    where = [(f"links[{i}].{d}", s) for i, lk in enumerate(topo.links)
+             for d, s in (("forward", lk.forward), ("reverse", lk.reverse))]
+    where += [(f"dcs[{i}].lan", dc.lan) for i, dc in enumerate(topo.dcs)]
+    for path, shape in where:
+        uimp.refuse_payload_features(shape, path)
 
 
 def check_transport(topo: Topology) -> None:
@@ -336,6 +350,7 @@ class EmulatedNetwork:
 
             ovsctl.require()
         _check_lan_impairment(self.topo, self.impairment)
+        check_backend_features(self.topo, self.impairment)
         check_transport(self.topo)
         if self.impairment.skipped:
             self.log(f"WARNING: impairment backend {self.impairment.backend!r}; delay/jitter/loss are SKIPPED on: "

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from traffic_control.errors import ValidationError
 from traffic_control.shape import LinkShape
 
 from . import naming
@@ -65,12 +66,26 @@ def seed_for(seed: int | None, point_key: str) -> int:
     return zlib.crc32(f"{0 if seed is None else seed}:{point_key}".encode())
 
 
+def refuse_payload_features(shape: LinkShape, field: str = "") -> None:
+    """ValidationError for what the userspace backend cannot do: it holds packet ids (NFQUEUE verdicts),
+    not payloads, so it cannot send a packet twice or flip its bits."""
+    for name, key in (("duplicate_pct", "duplicate"), ("corrupt_pct", "corrupt")):
+        if getattr(shape, name):
+            raise ValidationError(f"{field}.{key}" if field else key,
+                                  f"the userspace impairment backend cannot {key} packets (its daemons hold packet "
+                                  "ids and give verdicts; they never see or send a payload)",
+                                  "use the netem backend (--impairment netem; on a kernel without sch_netem run "
+                                  f"under `testbed lab -- ...`), or drop {key}")
+
+
 def to_impairment_shape(shape: LinkShape, seed: int = 0) -> Any:
     from traffic_control.userspace import ImpairmentShape
 
+    refuse_payload_features(shape)
     return ImpairmentShape(delay_s=shape.delay_s, jitter_s=shape.jitter_s, reorder=shape.reorder,
                            loss_pct=shape.loss_pct, seed=seed, limit=shape.netem_limit,
-                           interval_s=shape.jitter_interval_s)
+                           interval_s=shape.jitter_interval_s, ge_p_pct=shape.ge_p_pct, ge_r_pct=shape.ge_r_pct,
+                           ge_loss_bad_pct=shape.ge_loss_bad_pct, ge_loss_good_pct=shape.ge_loss_good_pct)
 
 
 def start(netns: str, point: Point, shape: LinkShape, seed: int | None) -> Any:

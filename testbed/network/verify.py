@@ -195,7 +195,8 @@ def _verify_link(net: EmulatedNetwork, eps: Endpoints, w: WanPlan, seconds: floa
         bottleneck, rate = path_rate(net, src, dst, shape.rate_bps, s_ep, d_ep)
         ideal = rate * TCP_PAYLOAD_FRACTION
         ratio = res["bps"] / ideal
-        lossy = shape.loss_pct > 0 or (applied and shape.jitter_s > 0 and shape.reorder)
+        lossy = (shape.expected_loss_pct > 0 or shape.corrupt_pct > 0
+                 or (applied and shape.jitter_s > 0 and shape.reorder))
         status = "info" if lossy else ("pass" if ratio >= GOODPUT_MIN_RATIO else "fail")
         checks.append(Check("link_goodput", f"{src}->{dst}", ideal, res["bps"], "bit/s",
                             f"measured/ideal >= {GOODPUT_MIN_RATIO} (ideal = path rate x 1448/1514)", status,

@@ -12,7 +12,8 @@ The network (one host in a, b, c; routers only in d, e, f)::
     a --(50M, 20 ms)-- b --(50M, 10 ms b->c / 30 ms c->b)-- c
                        |--(100M, 10 ms +-4 ms, in order)--- d
                        |--(100M, 10 ms +-4 ms, reorder)---- e
-                       `--(100M, 2 ms, 2 % loss b->f only)- f
+                       |--(100M, 2 ms, 2 % loss b->f only)- f
+                       `--(100M, 2 ms, Gilbert-Elliott b->g)- g   (p 1 %, r 25 %: 3.85 % lost in runs of 4)
 
 Tolerances: minimum RTT within the kernel-lab issue's bar (1 ms + 5 %, what
 ``testbed net verify`` checks; inside the lab with the emulated CPU's one-sided
@@ -49,13 +50,14 @@ PROBE = str(HERE / "udp_probe.py")
 SPEC = {
     "name": "netem_lab",
     "dcs": [{"name": "a", "hosts": 1}, {"name": "b", "hosts": 1}, {"name": "c", "hosts": 1},
-            {"name": "d", "hosts": 0}, {"name": "e", "hosts": 0}, {"name": "f", "hosts": 0}],
+            {"name": "d", "hosts": 0}, {"name": "e", "hosts": 0}, {"name": "f", "hosts": 0}, {"name": "g", "hosts": 0}],
     "links": [
         {"a": "a", "b": "b", "rate": "50Mbit", "delay": "20ms"},
         {"a": "b", "b": "c", "rate": "50Mbit", "forward": {"delay": "10ms"}, "reverse": {"delay": "30ms"}},
         {"a": "b", "b": "d", "rate": "100Mbit", "delay": "10ms", "jitter": "4ms"},
         {"a": "b", "b": "e", "rate": "100Mbit", "delay": "10ms", "jitter": "4ms", "reorder": True},
         {"a": "b", "b": "f", "rate": "100Mbit", "delay": "2ms", "forward": {"loss": "2%"}},
+        {"a": "b", "b": "g", "rate": "100Mbit", "delay": "2ms", "forward": {"gilbert_elliott": {"p": "1%", "r": "25%"}}},
     ],
 }
 
@@ -178,8 +180,8 @@ def test_read_back_matches_the_spec(net):
                 assert got["rate_bps"] == pytest.approx(shape.rate_bps)  # HTB stays in the kernel
                 assert got["limit"] == shape.netem_limit
                 d = daemon_shape(net, node, ifn)
-                assert (d.delay_s, d.jitter_s, d.loss_pct, d.reorder) == pytest.approx(
-                    (shape.delay_s, shape.jitter_s, shape.loss_pct, shape.reorder))
+                assert (d.delay_s, d.jitter_s, d.loss_pct, d.reorder, d.ge_p_pct, d.ge_r_pct) == pytest.approx(
+                    (shape.delay_s, shape.jitter_s, shape.loss_pct, shape.reorder, shape.ge_p_pct, shape.ge_r_pct))
                 continue
             if driven(shape):  # the jitter driver holds one interval's delay, netem's own jitter off
                 assert shape.delay_s - shape.jitter_s - 2e-6 <= got["delay_s"] <= shape.delay_s + shape.jitter_s + 2e-6
@@ -190,6 +192,8 @@ def test_read_back_matches_the_spec(net):
                 if shape.jitter_s:
                     assert got["reorder"] == shape.reorder
             assert got["loss_pct"] == pytest.approx(shape.loss_pct, abs=1e-6)
+            for k in ("ge_p_pct", "ge_r_pct", "ge_loss_bad_pct", "ge_loss_good_pct"):
+                assert got.get(k, 100.0 if k == "ge_loss_bad_pct" else 0.0) == pytest.approx(getattr(shape, k), abs=1e-6), k
             assert got["limit"] == shape.netem_limit
             assert got["rate_bps"] == pytest.approx(shape.rate_bps)
 
@@ -331,6 +335,41 @@ def test_loss_within_binomial_bound(net):
     # the reverse direction has no loss: a short stream arrives whole
     back = probe(net, router("f"), router("b"), peer_ip(net, "f", "b"), count=200, burst=20, gap_s=0.004,
                  port=7705)
+    assert back["unique"] == 200
+
+
+def loss_runs(seqs: list[int], n: int) -> list[int]:
+    """Lengths of the runs of consecutive lost sequence numbers among 0..n-1."""
+    got = set(seqs)
+    runs, c = [], 0
+    for q in range(n):
+        if q not in got:
+            c += 1
+        elif c:
+            runs.append(c)
+            c = 0
+    return runs + ([c] if c else [])
+
+
+def test_gilbert_elliott_loss_comes_in_bursts(net):
+    """b->g loses p/(p+r) = 3.85 % of packets in runs of mean 1/r = 4 (independent loss at that rate:
+    runs of ~1.04, which fails the run bar).  Bounds: the lost count's sd with bursts is
+    sqrt(E[bursts] x E[run^2]) (~52 of ~385 at n = 10000), 4 of them; the mean run within [2.5, 6] (its sd ~0.35)."""
+    n = 10000
+    w = wan(net, "b", "g")
+    shape = w.forward if w.a == "b" else w.reverse
+    r = probe(net, router("b"), router("g"), peer_ip(net, "b", "g"), count=n, burst=20, gap_s=0.004, port=7708)
+    runs = loss_runs(r["seqs"], n)
+    lost, expected = sum(runs), n * shape.expected_loss_pct / 100
+    p, q = shape.ge_p_pct / 100, shape.ge_r_pct / 100
+    bursts = n * p * (1 - shape.expected_loss_pct / 100)
+    sd = math.sqrt(bursts * ((1 - q) / q ** 2 + 1 / q ** 2))
+    mean_run = lost / max(1, len(runs))
+    report("Gilbert-Elliott b->g", f"lost {lost} of {n} (expected {expected:.0f} +- {4 * sd:.0f}) in {len(runs)} runs "
+           f"of mean {mean_run:.2f} (expected {1 / q:.1f})")
+    assert abs(lost - expected) <= 4 * sd, (lost, expected, sd)
+    assert 2.5 <= mean_run <= 6, f"mean loss run {mean_run:.2f}: not bursty (independent loss gives ~1.04)"
+    back = probe(net, router("g"), router("b"), peer_ip(net, "g", "b"), count=200, burst=20, gap_s=0.004, port=7709)
     assert back["unique"] == 200
 
 

@@ -35,14 +35,16 @@ from traffic_control.errors import ValidationError  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 UNKNOWN = "zz_not_a_key"
 
+GE = {"p": "1%", "r": "20%", "loss_bad": "50%", "loss_good": "0%"}
 TOPOLOGY = {
     "name": "t", "description": "d", "scale": 1.0, "switch": "bridge",
-    "defaults": {"hosts": 1, "lan": {"rate": "1Gbit"}, "wan": {"rate": "100Mbit"}, "cpu": 1.0, "memory": "1GiB",
+    "defaults": {"hosts": 1, "lan": {"rate": "1Gbit", "gilbert_elliott": dict(GE)}, "wan": {"rate": "100Mbit", "gilbert_elliott": dict(GE)}, "cpu": 1.0, "memory": "1GiB",
                  "tcp": {"congestion_control": "cubic"}},
-    "dcs": [{"name": "a", "hosts": 1, "lan": {"rate": "1Gbit"}, "cpu": 1.0, "memory": "1GiB", "label": "x",
+    "dcs": [{"name": "a", "hosts": 1, "lan": {"rate": "1Gbit", "gilbert_elliott": dict(GE)}, "cpu": 1.0, "memory": "1GiB", "label": "x",
              "tcp": {"congestion_control": "reno"}},
             {"name": "b", "hosts": 1}],
-    "links": [{"a": "a", "b": "b", "rate": "10Mbit", "forward": {"delay": "1ms"}, "reverse": {"delay": "2ms"}}],
+    "links": [{"a": "a", "b": "b", "rate": "10Mbit", "gilbert_elliott": dict(GE), "forward": {"delay": "1ms", "gilbert_elliott": dict(GE)},
+               "reverse": {"delay": "2ms", "gilbert_elliott": dict(GE)}}],
     "ps": "a", "routes": {},
 }
 TRAINING = {

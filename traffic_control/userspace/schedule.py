@@ -41,6 +41,12 @@ class Scheduler:
         self._delay = shape.delay_s
         self._jitter = shape.jitter_s
         self._loss = shape.loss_pct / 100.0
+        # Gilbert-Elliott (netem's loss_gilb_ell, same order of draws): per packet, first the state
+        # may move, then the loss is drawn with the probability of the state the packet arrived in
+        self._ge = None if not shape.ge_p_pct else (shape.ge_p_pct / 100, shape.ge_r_pct / 100,
+                                                     shape.ge_loss_bad_pct / 100, shape.ge_loss_good_pct / 100)
+        if not hasattr(self, "_ge_bad"):
+            self._ge_bad = False
         self._reorders = shape.reorders
         self._process = DelayProcess(shape.delay_s, shape.jitter_s, shape.distribution, shape.seed,
                                      interval_s(shape.jitter_s, shape.interval_s))
@@ -61,6 +67,13 @@ class Scheduler:
         self.shape = shape
         self._configure(shape)
 
+    def _ge_lost(self, rng: random.Random) -> bool:
+        p, r, loss_bad, loss_good = self._ge
+        bad = self._ge_bad
+        if rng.random() < (r if bad else p):
+            self._ge_bad = not bad
+        return rng.random() < (loss_bad if bad else loss_good)
+
     def __len__(self) -> int:
         return len(self._fifo) + len(self._heap)
 
@@ -68,6 +81,8 @@ class Scheduler:
         """Hold ``pkt_id`` arrived at ``now``; False means: drop it (loss)."""
         rng = self._rng
         if self._loss and rng.random() < self._loss:
+            return False
+        if self._ge is not None and self._ge_lost(rng):
             return False
         if self._reorders:  # a draw per packet: packets overtake each other
             heapq.heappush(self._heap, (now + self._process.draw(rng), pkt_id))

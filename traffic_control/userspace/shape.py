@@ -48,6 +48,11 @@ class ImpairmentShape:
     seed: int = 0
     limit: int = DEFAULT_LIMIT
     interval_s: float | None = None
+    #: Gilbert-Elliott loss (ge_p_pct > 0; loss_pct then 0): P(good->bad), P(bad->good), loss in bad / good
+    ge_p_pct: float = 0.0
+    ge_r_pct: float = 0.0
+    ge_loss_bad_pct: float = 100.0
+    ge_loss_good_pct: float = 0.0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -58,7 +63,7 @@ class ImpairmentShape:
         def at(name: str) -> str:
             return f"{field}.{name}" if field else name
 
-        for name in ("delay_s", "jitter_s", "loss_pct"):
+        for name in ("delay_s", "jitter_s", "loss_pct", "ge_p_pct", "ge_r_pct", "ge_loss_bad_pct", "ge_loss_good_pct"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
                 raise ValidationError(at(name), f"must be a finite number, got {value!r}")
@@ -72,8 +77,11 @@ class ImpairmentShape:
         if self.distribution not in DISTRIBUTIONS:
             raise ValidationError(at("distribution"), f"unknown distribution {self.distribution!r}",
                                   f"use one of {', '.join(DISTRIBUTIONS)}")
-        if not 0 <= self.loss_pct <= 100:
-            raise ValidationError(at("loss_pct"), f"must be within 0..100, got {self.loss_pct}")
+        for name in ("loss_pct", "ge_p_pct", "ge_r_pct", "ge_loss_bad_pct", "ge_loss_good_pct"):
+            if not 0 <= getattr(self, name) <= 100:
+                raise ValidationError(at(name), f"must be within 0..100, got {getattr(self, name)}")
+        if self.ge_p_pct > 0 and (self.loss_pct > 0 or not self.ge_r_pct > 0):
+            raise ValidationError(at("ge_r_pct"), "a Gilbert-Elliott model needs r > 0 and no loss_pct beside it")
         if not isinstance(self.reorder, bool):
             raise ValidationError(at("reorder"), f"must be true or false, got {self.reorder!r}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
