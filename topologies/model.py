@@ -130,11 +130,13 @@ class Topology:
         """
         g = nx.DiGraph()
         for d in self.dcs:
-            g.add_node(d.name, hosts=d.hosts, lan_rate_bps=d.lan.rate_bps, lan_delay_s=d.lan.delay_s)
+            g.add_node(d.name, hosts=d.hosts, lan_rate_bps=d.lan.rate_bps, lan_delay_s=d.lan.delay_s, lan_mtu=d.lan.mtu)
         for lk in self.links:
+            # mtu: what TCP flows crossing the link get (their MSS comes from the end DCs' LANs too)
+            mtu = min(lk.forward.mtu, self.dc(lk.a).lan.mtu, self.dc(lk.b).lan.mtu)
             for (u, v), s in (((lk.a, lk.b), lk.forward), ((lk.b, lk.a), lk.reverse)):
                 g.add_edge(u, v, rate_bps=s.rate_bps if s.rate_bps else float("inf"),
-                           delay_s=s.delay_s, jitter_s=s.jitter_s, loss_pct=s.loss_pct)
+                           delay_s=s.delay_s, jitter_s=s.jitter_s, loss_pct=s.loss_pct, mtu=mtu)
         return g
 
     def next_hop(self, here: str, dst: str) -> str:
@@ -419,6 +421,10 @@ def from_dict(data: Any, source: str = "") -> Topology:
             if "delay" in per and "rtt" in merged and "rtt" not in per:
                 merged.pop("rtt")
             shapes.append(_shape(merged, f"{f}.{side}" if per_spec is not None else f))
+        if shapes[0].mtu != shapes[1].mtu:
+            raise ValidationError(f"{f}.reverse.mtu", f"forward mtu {shapes[0].mtu} and reverse mtu {shapes[1].mtu} "
+                                  "differ", "a link has one MTU (both ends of its interface pair): give mtu once "
+                                  "on the link")
         links.append(WanLink(a, b, shapes[0], shapes[1]))
 
     # ------------------------------------------------------- connectivity

@@ -17,6 +17,8 @@ parameters the testbed uses:
   bad state and ``k1`` the probability of *loss* in the good state (the
   kernel's ``loss_gilb_ell``).  Without the attribute a ``change`` resets
   netem to independent loss, so a link leaves the model by omitting it.
+* ``rate`` above 2^32 - 1 bytes/s (34.4 Gbit/s): ``TCA_NETEM_RATE64``
+  beside the saturated 32-bit one, as the kernel reads it.
 * ``corrupt``: ``TCA_NETEM_CORRUPT`` sent on every request, 0 included:
   the kernel keeps a corruption probability a ``change`` does not send, so
   clearing it needs an explicit 0 (pyroute2 sends the attribute only when
@@ -104,7 +106,12 @@ def corrupt_pct_of(options: Any) -> float:
 
 def _get_parameters(kwarg: dict[str, Any]) -> dict[str, Any]:
     corrupt = kwarg.pop("corrupt", None)
+    rate64 = None
+    if isinstance(kwarg.get("rate"), int) and kwarg["rate"] > U32_MAX:  # bytes/s past 34.4 Gbit/s
+        rate64, kwarg["rate"] = kwarg["rate"], U32_MAX
     opts = _original_get_parameters(kwarg)
+    if rate64 is not None:
+        opts["attrs"].append(["TCA_NETEM_RATE64", rate64])
     if corrupt is not None:
         opts["attrs"] = [a for a in opts["attrs"] if a[0] != "TCA_NETEM_CORRUPT"]
         opts["attrs"].append(["TCA_NETEM_CORRUPT", {"prob_corrupt": _u32(corrupt / 100), "corr_corrupt": 0}])

@@ -161,7 +161,7 @@ def _qdisc_info(msg: Any) -> dict[str, Any]:
         rate = opts.get_attr("TCA_NETEM_RATE") if hasattr(opts, "get_attr") else None
         # The kernel always dumps TCA_NETEM_RATE; a rate of 0 means "no netem rate".
         if rate and rate["rate"]:
-            info["rate_bps"] = rate["rate"] * 8
+            info["rate_bps"] = (opts.get_attr("TCA_NETEM_RATE64") or rate["rate"]) * 8
         info["prng_seed"] = netem_codec.seed_applied(opts)
     elif kind in ("pfifo", "bfifo") and opts is not None:
         info["limit"] = opts["limit"]

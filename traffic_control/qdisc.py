@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .shape import NO_REORDER_NETEM_RATE_BPS, LinkShape
+from .shape import LinkShape, order_keeping_rate_bps
 from .units import format_rate
 
 ROOT = 0xFFFFFFFF
@@ -122,8 +122,9 @@ def leaf_op(shape: LinkShape, command: str, netem: bool | None, seed: int | None
         argv += ["limit", str(limit)]
         if (shape.jitter_s or keep_order) and not shape.reorder:
             # A netem rate keeps release times monotonic: jitter without reordering.
-            params["rate"] = _bytes_rate(NO_REORDER_NETEM_RATE_BPS)
-            argv += ["rate", _tc_rate(NO_REORDER_NETEM_RATE_BPS)]
+            keep = order_keeping_rate_bps(shape.rate_bps)
+            params["rate"] = _bytes_rate(keep)  # above 2^32 - 1 bytes/s: TCA_NETEM_RATE64 (netem_codec)
+            argv += ["rate", _tc_rate(keep)]
         else:
             # Explicitly no netem rate: on `change` the kernel keeps a rate it is not
             # sent, so switching reorder on (or jitter off) must clear it.

@@ -34,14 +34,31 @@ from .errors import ValidationError
 from .fields import Duration, Packets, Percent, Rate, SpecModel, unit_field, validate
 from .units import format_rate, format_time
 
+#: An interface's MTU unless the spec says otherwise (a veth's own default).
+DEFAULT_MTU = 1500
+#: IP + TCP headers of a data segment with the timestamp option (Linux's default), and the Ethernet header.
+TCP_IP_HEADER_BYTES, ETHERNET_HEADER_BYTES = 52, 14
+
+
+def tcp_payload_fraction(mtu: int = DEFAULT_MTU) -> float:
+    """Tensor bytes per wire byte a bulk TCP flow gets at ``mtu``: 1448 / 1514 at 1500, 8948 / 9014 at 9000."""
+    return (mtu - TCP_IP_HEADER_BYTES) / (mtu + ETHERNET_HEADER_BYTES)
+
+
 #: The largest skb a GSO/TSO path hands a qdisc.
 GSO_MAX_BYTES = 65536
 #: netem's own default queue limit (packets); the derived limit does not use it as a floor.
 NETEM_DEFAULT_LIMIT = 1000
 #: Smallest derived queue limit (packets).
 MIN_LIMIT_PKTS = 64
-#: Rate given to netem only to keep jittered packets in order (bytes/s, u32 max).
+#: Rate given to netem only to keep jittered packets in order (bit/s; u32 max in bytes/s, ~34.4 Gbit/s),
+#: or 4 x the link's rate where that is higher (then through netem's 64-bit rate attribute).
 NO_REORDER_NETEM_RATE_BPS = (2**32 - 1) * 8
+
+
+def order_keeping_rate_bps(link_rate_bps: float | None) -> float:
+    """netem's rate on an order-keeping leaf: never the bottleneck (at least 4 x the HTB rate)."""
+    return max(NO_REORDER_NETEM_RATE_BPS, 4 * (link_rate_bps or 0))
 #: Longest delay + jitter a packet may be held (s).  netem's delay travels in 32-bit scheduler
 #: ticks (15.625 ticks per microsecond: at most about 274 s); the userspace backend holds at most 60 s.
 MAX_DELAY_S = 60.0
@@ -59,7 +76,7 @@ class LinkShape:
     loss_pct: float = 0.0
     reorder: bool = False
     limit: int | None = None
-    mtu: int = 1500
+    mtu: int = DEFAULT_MTU
     burst_time_s: float = 0.001
     headroom: float = 2.0
     jitter_interval_s: float | None = None
@@ -326,7 +343,7 @@ class ShapeSpec(SpecModel):
     limit: Packets | None = unit_field(fix="e.g. limit: 1000")
     """queue limit in packets"""
     mtu: Packets | None = unit_field(fix="e.g. mtu: 1500")
-    """MTU used for HTB's burst sizing"""
+    """the interfaces' MTU (both ends of a link; a LAN's hosts, router port and switch ports), also HTB's burst sizing"""
     burst_time: Duration | None = unit_field(fix="e.g. burst_time: 1ms")
     """HTB burst as time at the rate"""
     headroom: float | None = unit_field(fix="write e.g. 2")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
 
 from topologies.model import MAX_DCS, MAX_LINKS, Topology
-from traffic_control.shape import LinkShape
+from traffic_control.shape import DEFAULT_MTU, LinkShape
 
 from . import naming
 
@@ -31,6 +31,7 @@ class IfacePlan:
     port: str | None = None  # LAN: that port's name
     port_egress: LinkShape | None = None  # LAN: shape on the bridge port (switch -> node): rate only
     switch_netns: str | None = None  # LAN: namespace of bridge and port (None: root, OVS only)
+    mtu: int = DEFAULT_MTU  # this interface's MTU, and its switch port's (the spec's lan/link mtu)
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,7 @@ def plan_network(topo: Topology, with_ps: bool = True) -> NetPlan:
             node = r if role == "router" else NodePlan(name, dc.name, role, cpu=cpu, memory=mem)
             ifname = naming.LAN_IFNAME if role == "router" else naming.HOST_IFNAME
             node.ifaces.append(IfacePlan(ifname, addr, 24, egress, bridge=br, port=port, port_egress=port_egress,
-                                         switch_netns=sw_ns))
+                                         switch_netns=sw_ns, mtu=dc.lan.mtu))
             if role != "router":
                 node.routes.append(RoutePlan("default", gw))
             nodes[name] = node
@@ -183,8 +184,8 @@ def plan_network(topo: Topology, with_ps: bool = True) -> NetPlan:
         a_ip, b_ip = str(net.network_address + 1), str(net.network_address + 2)
         ra, rb = nodes[naming.router_name(lk.a)], nodes[naming.router_name(lk.b)]
         a_if, b_if = naming.wan_ifname(lk.b), naming.wan_ifname(lk.a)
-        ra.ifaces.append(IfacePlan(a_if, a_ip, 30, lk.forward, peer_node=rb.name))
-        rb.ifaces.append(IfacePlan(b_if, b_ip, 30, lk.reverse, peer_node=ra.name))
+        ra.ifaces.append(IfacePlan(a_if, a_ip, 30, lk.forward, peer_node=rb.name, mtu=lk.forward.mtu))
+        rb.ifaces.append(IfacePlan(b_if, b_ip, 30, lk.reverse, peer_node=ra.name, mtu=lk.reverse.mtu))
         wan_addr[(lk.a, lk.b)] = b_ip
         wan_addr[(lk.b, lk.a)] = a_ip
         wans.append(WanPlan(lk.a, lk.b, ra.name, rb.name, a_if, b_if, a_ip, b_ip, lk.forward, lk.reverse))

@@ -19,6 +19,7 @@ from typing import Any
 from topologies import dump, load
 from traffic_control.errors import ValidationError
 from traffic_control.qdisc import dry_run
+from traffic_control.shape import DEFAULT_MTU
 from traffic_control.units import format_rate, format_time, parse_percent, parse_rate, parse_time
 
 from . import cgroups, cleanup, state
@@ -204,7 +205,15 @@ def _describe_kernel(entry: dict[str, Any]) -> str:
         parts.append(f"jitter {format_time(src['jitter_s'])}" + (" (reorders)" if src.get("reorder") else ""))
     if src.get("loss_pct"):
         parts.append(f"loss {src['loss_pct']:g}%")
+    if src.get("ge_p_pct"):
+        parts.append(f"Gilbert-Elliott loss p {src['ge_p_pct']:.3g}% r {src['ge_r_pct']:.3g}% "
+                     f"bad {src['ge_loss_bad_pct']:.3g}% good {src['ge_loss_good_pct']:.3g}%")
+    for key in ("duplicate", "corrupt"):
+        if src.get(f"{key}_pct"):
+            parts.append(f"{key} {src[f'{key}_pct']:.3g}%")
     parts.append(f"limit {sh.get('limit')}")
+    if entry["link"].get("mtu") not in (None, DEFAULT_MTU):
+        parts.append(f"mtu {entry['link']['mtu']}")
     if not entry["link"]["admin_up"]:
         parts.append("DOWN")
     return ", ".join(parts)

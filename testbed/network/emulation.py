@@ -47,7 +47,7 @@ from traffic_control.capabilities import probe_kernel
 from traffic_control.errors import CapabilityMissing, TrafficControlError, ValidationError
 from traffic_control.jitter_driver import driven
 from traffic_control.netlink import NETEM_FIX
-from traffic_control.shape import LinkShape, shape_dict
+from traffic_control.shape import DEFAULT_MTU, LinkShape, shape_dict
 
 from . import cgroups, cleanup, jitter_control, naming, state
 from . import impairment as uimp
@@ -734,6 +734,8 @@ class EmulatedNetwork:
                 # enslaved and up in the same request that creates it (IFLA_MASTER, IFF_UP)
                 sw.link("add", ifname=ifc.port, kind="veth", peer={"ifname": ifc.name, "net_ns_pid": pid},
                         master=self._bridge_index[ifc.switch_netns], state="up")
+                if ifc.mtu != DEFAULT_MTU:  # the bridge follows its ports' smallest MTU
+                    sw.link("set", index=sw.link_lookup(ifname=ifc.port)[0], mtu=ifc.mtu)
         # WAN: created in router a's namespace with the peer in router b's
         for w in self.plan.wans:
             self._handles[w.a_router].link("add", ifname=w.a_if, kind="veth",
@@ -744,6 +746,8 @@ class EmulatedNetwork:
             for ifc in node.ifaces:
                 idx = ns.link_lookup(ifname=ifc.name)[0]
                 ns.addr("add", index=idx, address=ifc.address, prefixlen=ifc.prefixlen)
+                if ifc.mtu != DEFAULT_MTU:  # the spec's mtu is the interface's, not only HTB's burst sizing
+                    ns.link("set", index=idx, mtu=ifc.mtu)
                 ns.link("set", index=idx, state="up")
             self._configure_routes(node)
             h = self.nodes[node.name]
@@ -764,7 +768,8 @@ class EmulatedNetwork:
                 for ifc in node.ifaces:
                     if ifc.port is None or ifc.switch_netns is not None:
                         continue
-                    root.link("add", ifname=ifc.port, kind="veth", peer={"ifname": ifc.name, "net_ns_pid": pid})
+                    root.link("add", ifname=ifc.port, kind="veth", peer={"ifname": ifc.name, "net_ns_pid": pid},
+                              **({"mtu": ifc.mtu} if ifc.mtu != DEFAULT_MTU else {}))
                     ovsctl.add_port(ifc.bridge, ifc.port)
                     root.link("set", index=root.link_lookup(ifname=ifc.port)[0], state="up")
 

@@ -13,8 +13,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-#: TCP payload per wire byte at MTU 1500 with timestamps: 1448 / (1500 + 14 Ethernet header).
-TCP_PAYLOAD_FRACTION = 1448 / 1514
+from traffic_control.shape import tcp_payload_fraction
+
+#: TCP payload per wire byte at MTU 1500 with timestamps: 1448 / (1500 + 14 Ethernet header)
+#: (other MTUs: :func:`traffic_control.shape.tcp_payload_fraction`).
+TCP_PAYLOAD_FRACTION = tcp_payload_fraction(1500)
 
 
 @dataclass

@@ -25,6 +25,8 @@ stated in the output:
   within ``20 %`` (+ 1 ms), p99 reported, loss within the 99 % binomial
   interval, no reordering where order is kept; a timed UDP train router to
   router (the nodes share one clock).
+* MTU per link: a don't-fragment ping of ``mtu - 28`` bytes crosses it and
+  one of ``mtu - 27`` does not (the spec's ``mtu`` is the interfaces').
 * Goodput: ``measured / ideal >= 0.97``, ideal = the path's smallest rate
   (the WAN direction, or a LAN segment of the endpoints when slower) x
   1448/1514 (TCP payload per wire byte).  Not checked on lossy or reordering
@@ -38,6 +40,7 @@ applied.
 from __future__ import annotations
 
 import itertools
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -47,10 +50,12 @@ from typing import Any
 
 from pyroute2 import NetNS, netns
 
+from traffic_control.shape import DEFAULT_MTU, tcp_payload_fraction
+
 from . import naming
 from .addressing import WanPlan
 from .emulation import TCP_MEM, EmulatedNetwork
-from .measure import TCP_PAYLOAD_FRACTION, PingResult, iperf3, ping
+from .measure import PingResult, iperf3, ping
 
 RTT_ABS_TOL_S = 1e-3
 RTT_REL_TOL = 0.05
@@ -177,6 +182,7 @@ def _verify_link(net: EmulatedNetwork, eps: Endpoints, w: WanPlan, seconds: floa
                         RTT_TOLERANCE, status,
                         {"mean_s": pr.avg_s, "mdev_s": pr.mdev_s, "loss_pct": pr.loss_pct,
                          "expected_mean_s": exp_rtt, "attempts": attempts}))
+    checks.append(_mtu_check(net, w))
     if delays:
         from .delay_check import direction_checks
 
@@ -193,7 +199,10 @@ def _verify_link(net: EmulatedNetwork, eps: Endpoints, w: WanPlan, seconds: floa
                 + (", path pinned onto the link" if pinned else "") + ") ...")
             res = iperf3(net, s_ep.node, d_ep.node, d_ep.ip, seconds=seconds)
         bottleneck, rate = path_rate(net, src, dst, shape.rate_bps, s_ep, d_ep)
-        ideal = rate * TCP_PAYLOAD_FRACTION
+        # the flow's MSS follows the smallest MTU on its way: the link's, the end DCs' LANs, a probe's (1500)
+        mtu = min([shape.mtu, net.topo.dc(src).lan.mtu, net.topo.dc(dst).lan.mtu]
+                  + [DEFAULT_MTU for e in (s_ep, d_ep) if e.probe])
+        ideal = rate * tcp_payload_fraction(mtu)
         ratio = res["bps"] / ideal
         lossy = (shape.expected_loss_pct > 0 or shape.corrupt_pct > 0
                  or (applied and shape.jitter_s > 0 and shape.reorder))
@@ -205,6 +214,27 @@ def _verify_link(net: EmulatedNetwork, eps: Endpoints, w: WanPlan, seconds: floa
                              "probe_endpoints": [e.node for e in (s_ep, d_ep) if e.probe],
                              "pinned": pinned}))
     return checks
+
+
+def df_ping_fits(net: EmulatedNetwork, node: str, ip: str, payload: int, tries: int = 5) -> bool:
+    """Whether a ping of ``payload`` bytes with don't-fragment set gets an answer (retried: lossy links)."""
+    for _ in range(tries):
+        p = net.popen(node, ["ping", "-n", "-q", "-M", "do", "-c", "1", "-W", "1", "-s", str(payload), ip],
+                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if p.wait(timeout=15) == 0:
+            return True
+    return False
+
+
+def _mtu_check(net: EmulatedNetwork, w: WanPlan) -> Check:
+    """The link's MTU, measured: a don't-fragment ping of MTU - 28 bytes crosses it, one byte more does not."""
+    mtu = w.forward.mtu
+    fits = df_ping_fits(net, w.a_router, w.b_ip, mtu - 28)
+    over = df_ping_fits(net, w.a_router, w.b_ip, mtu - 27, tries=1)
+    measured = mtu if fits and not over else None
+    return Check("link_mtu", f"{w.a}<->{w.b}", mtu, measured, "bytes",
+                 "a don't-fragment ping of mtu - 28 bytes answered, of mtu - 27 not", "pass" if measured else "fail",
+                 {"fits": fits, "one_byte_more_fits": over})
 
 
 def _verify_pairs(net: EmulatedNetwork, pings: int, applied: bool, say: Any) -> list[Check]:

@@ -550,5 +550,6 @@ def intra_dc_time(graph: nx.DiGraph, size_bytes: int) -> float:
         k = int(data.get("hosts", 1) or 1)
         if k <= 1:
             continue
-        worst = max(worst, 2 * (k - 1) * size_bytes / payload_Bps(data.get("lan_rate_bps") or UNSHAPED_LAN_BPS))
+        worst = max(worst, 2 * (k - 1) * size_bytes / payload_Bps(data.get("lan_rate_bps") or UNSHAPED_LAN_BPS,
+                                                                    int(data.get("lan_mtu", 1500))))
     return worst

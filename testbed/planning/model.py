@@ -66,6 +66,7 @@ from pydantic import Field
 
 from traffic_control.errors import ValidationError
 from traffic_control.fields import SpecModel, unit_field, validate
+from traffic_control.shape import DEFAULT_MTU, tcp_payload_fraction
 
 from .trees import rooted_latency
 
@@ -159,17 +160,21 @@ def bidirectional_links(graph: nx.DiGraph) -> list[tuple[str, str]]:
 
 #: TCP payload per wire byte at MTU 1500 (what a shaped link carries of a tensor);
 #: the same figure as ``testbed.network.measure.TCP_PAYLOAD_FRACTION`` (a test checks it).
-PAYLOAD_FRACTION = 1448 / 1514
+PAYLOAD_FRACTION = tcp_payload_fraction(DEFAULT_MTU)
 
 
-def payload_Bps(rate_bps: float) -> float:
-    """Tensor bytes/s a link shaped to ``rate_bps`` (wire bits/s) carries: TCP/IP headers taken off."""
-    return float(rate_bps) / 8.0 * PAYLOAD_FRACTION
+def payload_Bps(rate_bps: float, mtu: int = DEFAULT_MTU) -> float:
+    """Tensor bytes/s a link shaped to ``rate_bps`` (wire bits/s) with ``mtu`` carries: TCP/IP headers off."""
+    return float(rate_bps) / 8.0 * tcp_payload_fraction(mtu)
 
 
 def capacity_Bps(graph: nx.DiGraph, u: str, v: str) -> float:
-    """Payload capacity of the link direction u->v in bytes/s (inf when unshaped); see :func:`payload_Bps`."""
-    return payload_Bps(graph.edges[u, v]["rate_bps"])
+    """Payload capacity of the link direction u->v in bytes/s (inf when unshaped); see :func:`payload_Bps`.
+
+    Flows that cross the link start on a LAN: the MSS is set by the smaller of the link's MTU and the
+    end DCs' LAN MTUs (the edge's ``mtu``, from :meth:`Topology.dc_graph`)."""
+    e = graph.edges[u, v]
+    return payload_Bps(e["rate_bps"], int(e.get("mtu", DEFAULT_MTU)))
 
 
 def link_loads(graph: nx.DiGraph, loads: Mapping[tuple[str, str], float]) -> tuple[LinkLoad, ...]:

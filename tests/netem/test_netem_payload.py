@@ -4,7 +4,10 @@ Runs in the kernel lab (``make test`` does); natively the userspace backend
 refuses these fields before building (``tests/unit/test_loss_models.py``,
 ``tests/network/test_payload_refusal.py``).  One link between two routers::
 
-    x --(100M, 2 ms; x->y duplicate 5 %, y->x corrupt 5 %)-- y
+    x --(100M, 2 ms; x->y duplicate 5 %, y->x corrupt 5 %)-- y --(100G, 1 ms +- 0.5 ms, in order)-- z
+
+(the last link only for its read-back: rates past 2^32 - 1 bytes/s need the
+kernel's 64-bit attributes, and the lab cannot carry 100 Gbit/s)
 
 Bounds: 4 binomial standard deviations.  A corrupted frame has one bit
 flipped at a random byte of its headers and payload; the receiver's IP header
@@ -27,9 +30,10 @@ from topologies import from_dict
 
 pytestmark = [pytest.mark.netem, pytest.mark.root]
 
-SPEC = {"name": "payload", "dcs": [{"name": "x", "hosts": 0}, {"name": "y", "hosts": 0}],
+SPEC = {"name": "payload", "dcs": [{"name": "x", "hosts": 0}, {"name": "y", "hosts": 0}, {"name": "z", "hosts": 0}],
         "links": [{"a": "x", "b": "y", "rate": "100Mbit", "delay": "2ms", "forward": {"duplicate": "5%"},
-                   "reverse": {"corrupt": "5%"}}]}
+                   "reverse": {"corrupt": "5%"}},
+                  {"a": "y", "b": "z", "rate": "100Gbit", "delay": "1ms", "jitter": "0.5ms"}]}
 SIZE = 1000  # UDP payload bytes; frame = SIZE + 8 + 20 + 14
 
 
@@ -93,6 +97,17 @@ def test_read_back_has_duplicate_and_corrupt(net):
     fwd, rev = rb[f"{w.a_router}:{w.a_if}"]["shape"], rb[f"{w.b_router}:{w.b_if}"]["shape"]
     assert fwd["duplicate_pct"] == pytest.approx(5, abs=1e-6) and fwd["corrupt_pct"] == 0
     assert rev["corrupt_pct"] == pytest.approx(5, abs=1e-6) and rev["duplicate_pct"] == 0
+
+
+def test_rates_past_34_gbit_read_back_whole(net):
+    """HTB at 100 Gbit/s (rate64) and netem's order-keeping rate at 4 x that (netem's rate64)."""
+    rb = net.read_back()
+    w = net.plan.wans[1]
+    for node, ifn in ((w.a_router, w.a_if), (w.b_router, w.b_if)):
+        info = rb[f"{node}:{ifn}"]
+        assert info["shape"]["rate_bps"] == pytest.approx(100e9)
+        netem = next(q for q in info["qdiscs"] if q["kind"] == "netem")
+        assert netem["rate_bps"] == pytest.approx(400e9)
 
 
 def test_duplicate_sends_the_spec_share_twice(net):

@@ -8,8 +8,8 @@ import pytest
 
 from traffic_control.jitter import DelayProcess, interval_s
 from traffic_control.jitter_driver import Driver, Leaf, driven, read_leaves, write_leaves
-from traffic_control.qdisc import NO_REORDER_NETEM_RATE_BPS, leaf_op
-from traffic_control.shape import LinkShape
+from traffic_control.qdisc import leaf_op
+from traffic_control.shape import NO_REORDER_NETEM_RATE_BPS, LinkShape
 
 
 def _leaf(**kw):
