@@ -98,6 +98,7 @@ fi
 # machine allows (net.ipv4.tcp_allowed_congestion_control); hosts run cubic unless a topology says
 # otherwise (some machines default to BBR and allow only "reno bbr").  Adding names to the allowed
 # list changes no one's default; it is kept across reboots in /etc/sysctl.d.
+modprobe tcp_bbr 2>/dev/null || true  # where BBR is a module (Debian's kernels); built in elsewhere
 allowed="$(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control 2>/dev/null || true)"
 want="$allowed"
 for cc in cubic bbr; do

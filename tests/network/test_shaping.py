@@ -8,7 +8,6 @@ import pytest
 
 from testbed.network.measure import TCP_PAYLOAD_FRACTION, iperf3
 from tests.network.helpers import (
-    interval_bps,
     iperf3_finish,
     iperf3_live,
     network,
@@ -19,13 +18,24 @@ from topologies import from_dict
 pytestmark = pytest.mark.root
 
 RATE = 20e6
-SPEC = {"name": "shape2", "dcs": [{"name": "a", "hosts": 1}, {"name": "b", "hosts": 1}],
+#: The hosts run BBR here: this module checks the shaper, and on this delay-free link (RTT ~0.1 ms, the queue
+#: limit's floor of 64 skbs, GSO-sized) cubic's loss recoveries ended in 200 ms retransmission timeouts, so
+#: one flow got 0.87-0.96 of the rate in 4 runs (BBR, which paces: 0.994-0.999, no retransmits), a
+#: TCP-and-queue effect recorded in the README (issue 16: queues counted in skbs), not the shaper's.
+CC = "bbr"
+SPEC = {"name": "shape2", "defaults": {"tcp": {"congestion_control": CC}},
+        "dcs": [{"name": "a", "hosts": 1}, {"name": "b", "hosts": 1}],
         "links": [{"a": "a", "b": "b", "rate": "20Mbit"}]}
 
 
 @pytest.fixture(scope="module")
 def net():
     require_root_tools("iperf3")
+    from traffic_control.capabilities import congestion_control_problem
+
+    problem = congestion_control_problem(CC)
+    if problem:
+        pytest.skip(problem)
     with network(from_dict(SPEC), with_ps=False) as n:
         yield n
 
@@ -44,26 +54,43 @@ def test_goodput_matches_the_shaped_rate(net):
     assert 0.9 <= res["bps"] / ideal <= 1.02
 
 
+def wire_bps(net, node: str, ifname: str, seconds: float) -> float:
+    """Bits/s the interface sent over ``seconds`` (kernel counters: what the shaper let out, L2 bytes)."""
+    from traffic_control.netlink import link_counters
+
+    ns = net.netns(node)
+    c0, t0 = link_counters(ifname, netns=ns)["tx_bytes"], time.monotonic()
+    time.sleep(seconds)
+    c1, t1 = link_counters(ifname, netns=ns)["tx_bytes"], time.monotonic()
+    return (c1 - c0) * 8 / (t1 - t0)
+
+
 def test_rate_change_on_a_live_connection(net):
+    """A bulk TCP flow crosses the link; the rate doubles under it; the link's egress carries the old, then the
+    new rate (its kernel counters, 2 s windows), on the same connection.  Not iperf3's per-interval reports:
+    the receiving client's 0.5 s intervals read up to 1.45 x the rate right after a change on this loaded
+    machine while the egress counters never exceeded it (measured), so they time the reader, not the link."""
     link = net.plan.wans[0]
     old = link.forward
     srv, cli = iperf3_live(net, "a-h1", "b-h1", _ip(net, "a-h1"), seconds=7, interval=0.5, port=5213)
     try:
-        time.sleep(3.3)
+        time.sleep(1.0)
+        before = wire_bps(net, link.a_router, link.a_if, 2.0)
         net.change_link("a", "b", old.with_changes(rate_bps=2 * RATE))
-        t_change = 3.3
+        time.sleep(0.8)
+        after = wire_bps(net, link.a_router, link.a_if, 2.5)
     except BaseException:
         cli.kill()
         raise
     try:
         data = iperf3_finish(srv, cli, timeout=30)
-        before = interval_bps(data, 1.0, t_change - 0.3)
-        after = interval_bps(data, t_change + 1.2, 7.0)
-        assert before / (RATE * TCP_PAYLOAD_FRACTION) == pytest.approx(1.0, abs=0.12)
-        assert after / (2 * RATE * TCP_PAYLOAD_FRACTION) == pytest.approx(1.0, abs=0.12)
-        # one connection from start to end: the change did not break it
+        assert before / RATE == pytest.approx(1.0, abs=0.12)
+        assert after / (2 * RATE) == pytest.approx(1.0, abs=0.12)
+        # one connection from start to end: the change did not break it, and it carried the bytes
         assert len(data["start"]["connected"]) == 1
         assert data["end"]["sum_sent"]["seconds"] >= 6.5
+        goodput = data["end"]["sum_received"]["bits_per_second"]
+        assert RATE * TCP_PAYLOAD_FRACTION * 0.9 <= goodput <= 2 * RATE
         got = net.read_back()[f"{link.a_router}:{link.a_if}"]["shape"]
         assert got["rate_bps"] == pytest.approx(2 * RATE)
     finally:
