@@ -41,6 +41,12 @@ class _Defs:
                 ref = node.get("$ref")
                 if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[8:] in renames:
                     node = dict(node, **{"$ref": f"#/$defs/{renames[ref[8:]]}"})
+                mapping = node.get("discriminator", {}).get("mapping") if isinstance(node.get("discriminator"),
+                                                                                       dict) else None
+                if isinstance(mapping, dict):  # a tagged union names its members by reference too
+                    node = dict(node, discriminator=dict(node["discriminator"], mapping={
+                        tag: f"#/$defs/{renames[r[8:]]}" if isinstance(r, str) and r[8:] in renames else r
+                        for tag, r in mapping.items()}))
                 return {k: fix(v) for k, v in node.items()}
             if isinstance(node, list):
                 return [fix(v) for v in node]

@@ -15,7 +15,7 @@ problem (``links[2].forward.rate``) through
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal
 
 import networkx as nx
@@ -39,6 +39,11 @@ DEFAULT_LAN = LinkShape()  # unshaped unless the spec says otherwise
 #: The hosts' TCP congestion control unless the spec says otherwise: Linux's default, set explicitly so
 #: that a machine whose own default differs (BBR here) does not change the results silently.
 DEFAULT_CONGESTION_CONTROL = "cubic"
+#: Ceiling of TCP's buffer autotuning per socket (``tcp_rmem``/``tcp_wmem`` max) unless the spec says otherwise:
+#: enough for 2 Gbit/s x 250 ms, so a window is never what limits a WAN flow unless a spec asks for it.
+DEFAULT_TCP_BUFFER = 64 * 2**20
+#: Linux's initial buffer (the middle value of tcp_rmem/tcp_wmem), capped by a smaller maximum.
+TCP_BUFFER_DEFAULT, MIN_TCP_BUFFER, MAX_TCP_BUFFER = 131072, 4096, 2**30
 
 
 def check_name(name: object, field: str) -> str:
@@ -64,6 +69,19 @@ class DataCenter:
     label: str = ""  # free text (region name), shown in reports
     memory: int | None = None  # memory limit per host, bytes (its cgroup; past it the OOM killer acts)
     congestion_control: str = "cubic"  # TCP congestion control of every host of the DC (README "TCP")
+    receive_buffer: int = DEFAULT_TCP_BUFFER  # bytes: the ceiling of each socket's receive buffer (tcp_rmem max)
+    send_buffer: int = DEFAULT_TCP_BUFFER  # bytes: the ceiling of each socket's send buffer (tcp_wmem max)
+
+    def tcp_spec(self) -> dict[str, Any]:
+        """The DC's ``tcp:`` section in spec form (only what differs from the defaults)."""
+        out: dict[str, Any] = {}
+        if self.congestion_control != DEFAULT_CONGESTION_CONTROL:
+            out["congestion_control"] = self.congestion_control
+        for key in ("receive_buffer", "send_buffer"):
+            v = getattr(self, key)
+            if v != DEFAULT_TCP_BUFFER:
+                out[key] = f"{v // 1024}KiB" if v % 1024 == 0 else v
+        return out
 
     def host_names(self) -> list[str]:
         return [f"{self.name}-h{i}" for i in range(1, self.hosts + 1)]
@@ -105,6 +123,10 @@ class Topology:
     routes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # "a->c": (a, b, c)
     switch: str = "bridge"
     source: str = field(default="", compare=False)  # where it was loaded from (not part of the spec)
+    #: True: hosts hand the kernel GSO super-packets (up to 64 KiB) as Linux does by default; False (the
+    #: default): every emulated interface sends wire-sized packets, so a queue limit in packets holds the
+    #: packets it was sized for (README "Queues").
+    gso: bool = False
 
     # ---------------------------------------------------------------- views
     def dc(self, name: str) -> DataCenter:
@@ -184,6 +206,25 @@ class Topology:
         lan = 2 * (self.dc(src).lan.delay_s + self.dc(dst).lan.delay_s)
         return self.path_delay(src, dst) + self.path_delay(dst, src) + lan
 
+    def queue_rtts(self) -> dict[tuple[str, str], float]:
+        """The round trip each link direction's queue is sized for: the longest RTT among the DC pairs
+        whose packets (data one way, ACKs the other) cross it.
+
+        A queue in front of a bottleneck needs about one bandwidth x round-trip of the *flows through
+        it* for a loss-based TCP to keep the link busy; sizing it from the link's own delay starves a
+        short first hop of a long relayed path (a 1 ms hop on a 60 ms path got a tenth of a BDP).
+        Keys ``(u, v)`` for every link direction that some route uses; a direction no route crosses is
+        absent.  Also ``(dc, dc)``: the longest RTT from that DC's hosts (its LAN queues).
+        """
+        paths = {(s, d): self.path(s, d) for s in self.dc_names for d in self.dc_names if s != d}
+        one_way = {k: sum(self.link(u, v).shape(u, v).delay_s for u, v in zip(p, p[1:])) for k, p in paths.items()}
+        out: dict[tuple[str, str], float] = {(d.name, d.name): 2 * d.lan.delay_s for d in self.dcs}
+        for (s, d), p in paths.items():
+            rtt = one_way[(s, d)] + one_way[(d, s)] + 2 * (self.dc(s).lan.delay_s + self.dc(d).lan.delay_s)
+            for edge in [*zip(p, p[1:]), (s, s), (d, d)]:
+                out[edge] = max(out.get(edge, 0.0), rtt)
+        return out
+
     @property
     def needs_netem(self) -> bool:
         return any(s.needs_netem for lk in self.links for s in (lk.forward, lk.reverse)) or any(
@@ -200,15 +241,13 @@ class Topology:
                     lk.forward.with_changes(rate_bps=lk.forward.rate_bps * factor) if lk.forward.rate_bps else lk.forward,
                     lk.reverse.with_changes(rate_bps=lk.reverse.rate_bps * factor) if lk.reverse.rate_bps else lk.reverse)
             for lk in self.links)
-        return Topology(self.name, self.dcs, links, self.ps, self.scale * factor, self.description,
-                        self.routes, self.switch, self.source)
+        return replace(self, links=links, scale=self.scale * factor)
 
     def with_link_shape(self, a: str, b: str, **changes: Any) -> Topology:
         """A copy with both directions of link a-b changed (used by sweeps)."""
         links = tuple(WanLink(lk.a, lk.b, lk.forward.with_changes(**changes), lk.reverse.with_changes(**changes))
                       if {lk.a, lk.b} == {a, b} else lk for lk in self.links)
-        return Topology(self.name, self.dcs, links, self.ps, self.scale, self.description, self.routes,
-                        self.switch, self.source)
+        return replace(self, links=links)
 
     # ------------------------------------------------------------ serialise
     def to_dict(self) -> dict[str, Any]:
@@ -219,6 +258,8 @@ class Topology:
             d["scale"] = self.scale
         if self.switch != "bridge":
             d["switch"] = self.switch
+        if self.gso:
+            d["gso"] = True
         dcs = []
         for dc in self.dcs:
             e: dict[str, Any] = {"name": dc.name, "hosts": dc.hosts}
@@ -230,8 +271,8 @@ class Topology:
                 e["label"] = dc.label
             if dc.memory is not None:
                 e["memory"] = f"{dc.memory // 2**20}MiB" if dc.memory % 2**20 == 0 else dc.memory
-            if dc.congestion_control != DEFAULT_CONGESTION_CONTROL:
-                e["tcp"] = {"congestion_control": dc.congestion_control}
+            if dc.tcp_spec():
+                e["tcp"] = dc.tcp_spec()
             dcs.append(e)
         d["dcs"] = dcs
 
@@ -282,6 +323,12 @@ class TcpSpec(SpecModel):
     congestion_control: str | None = unit_field(None, pattern=r"^[a-z0-9_]{1,15}$",
                                                 fix="e.g. congestion_control: cubic (or bbr, reno)")
     """TCP congestion control of every host (default cubic, Linux's own default)"""
+    receive_buffer: Size | None = unit_field(None, ge=MIN_TCP_BUFFER, le=MAX_TCP_BUFFER,
+                                             fix="e.g. receive_buffer: 256KiB (default 64MiB)")
+    """ceiling of each socket's receive buffer (tcp_rmem max; the advertised window is about half of it)"""
+    send_buffer: Size | None = unit_field(None, ge=MIN_TCP_BUFFER, le=MAX_TCP_BUFFER,
+                                          fix="e.g. send_buffer: 256KiB (default 64MiB)")
+    """ceiling of each socket's send buffer (tcp_wmem max)"""
 
 
 class DataCenterSpec(SpecModel):
@@ -340,6 +387,9 @@ class TopologySpec(SpecModel):
     """multiplies every WAN rate (latencies never scale); recorded everywhere"""
     switch: Literal["bridge", "ovs"] = unit_field("bridge", fix="use 'bridge' (default) or 'ovs'")
     """DC switch: a Linux bridge (no controller, no OVS) or Open vSwitch"""
+    gso: bool = unit_field(False, fix="gso: false (default: wire-sized packets) or gso: true")
+    """hosts send GSO super-packets (Linux's default): needed past ~1 Gbit/s per flow on a small machine, but
+    then a queue limit in packets holds up to 43 x the bytes it was sized for (README "Queues")"""
     defaults: DefaultsSpec = unit_field(default_factory=DefaultsSpec, fix="e.g. defaults: {hosts: 2, wan: {rate: 1Gbit}}")
     dcs: list[Annotated[DataCenterSpec, BeforeValidator(_dc_shorthand), _DcItemSchema]] = unit_field(
         ..., min_length=1, max_length=MAX_DCS, fix="write dcs: [{name: east, hosts: 2}, {name: west, hosts: 2}]")
@@ -385,7 +435,10 @@ def from_dict(data: Any, source: str = "") -> Topology:
         memory = raw.memory if raw.memory is not None else defaults.memory
         cc = next((t.congestion_control for t in (raw.tcp, defaults.tcp) if t is not None and t.congestion_control),
                   DEFAULT_CONGESTION_CONTROL)
-        dcs.append(DataCenter(raw.name, hosts, lan, None if cpu is None else float(cpu), raw.label, memory, cc))
+        bufs = [next((int(getattr(t, key)) for t in (raw.tcp, defaults.tcp) if t is not None and getattr(t, key)),
+                     DEFAULT_TCP_BUFFER) for key in ("receive_buffer", "send_buffer")]
+        dcs.append(DataCenter(raw.name, hosts, lan, None if cpu is None else float(cpu), raw.label, memory, cc,
+                              *bufs))
 
     # -------------------------------------------------------------- links
     if len(dcs) > 1 and not spec.links:
@@ -458,7 +511,8 @@ def from_dict(data: Any, source: str = "") -> Topology:
                 raise ValidationError(f, f"no link between {u!r} and {v!r}", "routes may only use existing links")
         routes[str(key)] = tuple(path)
 
-    topo = Topology(name, tuple(dcs), tuple(links), ps, 1.0, spec.description, routes, spec.switch, source)
+    topo = Topology(name, tuple(dcs), tuple(links), ps, 1.0, spec.description, routes, spec.switch, source,
+                    bool(spec.gso))
     # Routing is per destination at every router: a pinned route only fixes the
     # first hop, so its later hops must agree with what the routers on it do,
     # or packets take another path (or loop).

@@ -120,11 +120,11 @@ def set_link_state(ifname: str, up: bool, *, netns: str | None = None) -> None:
 
 
 def link_state(ifname: str, *, netns: str | None = None, handle: Any = None) -> dict[str, Any]:
-    """Administrative and operational state and MTU of ``ifname`` as the kernel reports them."""
+    """Administrative and operational state, MTU and GSO segment cap of ``ifname`` as the kernel reports them."""
     with netlink(netns, handle) as h:
         msg = h.get_links(_index(h, ifname))[0]
     return {"admin_up": bool(msg["flags"] & 1), "operstate": msg.get_attr("IFLA_OPERSTATE"),
-            "mtu": msg.get_attr("IFLA_MTU")}
+            "mtu": msg.get_attr("IFLA_MTU"), "gso_max_segs": msg.get_attr("IFLA_GSO_MAX_SEGS")}
 
 
 # ------------------------------------------------------------------ read back

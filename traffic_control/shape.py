@@ -47,6 +47,8 @@ def tcp_payload_fraction(mtu: int = DEFAULT_MTU) -> float:
 
 #: The largest skb a GSO/TSO path hands a qdisc.
 GSO_MAX_BYTES = 65536
+#: Segments per skb on an interface of a network built without GSO (`gso: false`): wire-sized packets.
+WIRE_GSO_SEGS = 1
 #: netem's own default queue limit (packets); the derived limit does not use it as a floor.
 NETEM_DEFAULT_LIMIT = 1000
 #: Smallest derived queue limit (packets).
@@ -90,6 +92,9 @@ class LinkShape:
     ge_loss_bad_pct: float = 100.0
     #: loss probability in the good state (netem's 1 - k)
     ge_loss_good_pct: float = 0.0
+    #: Derived, never written in a spec: the longest round trip of the flows crossing this direction
+    #: (``Topology.queue_rtts``), set by the network plan; the derived queue limit holds one of it.
+    queue_rtt_s: float | None = None
 
     # ----------------------------------------------------------------- checks
     def __post_init__(self) -> None:
@@ -146,6 +151,10 @@ class LinkShape:
         if self.ge_p_pct > 0 and not self.ge_r_pct > 0:
             raise ValidationError(at("gilbert_elliott.r"), "r must be > 0 (else the bad state never ends)",
                                   "give e.g. r: 25% (mean bad run 1 / r = 4 packets)")
+        if self.queue_rtt_s is not None and not (isinstance(self.queue_rtt_s, (int, float))
+                                                 and 0 <= self.queue_rtt_s <= 4 * MAX_DELAY_S):
+            raise ValidationError(at("queue_rtt"), f"must be 0 .. {4 * MAX_DELAY_S:g} s, got {self.queue_rtt_s!r}",
+                                  "it is derived from the routes; leave it unset")
         if self.limit is not None and self.limit < 1:
             raise ValidationError(at("limit"), f"queue limit must be >= 1 packet, got {self.limit}",
                                   "omit it to size the queue from the bandwidth-delay product")
@@ -195,9 +204,13 @@ class LinkShape:
         """Packets netem may hold: explicit ``limit``, or derived from the BDP.
 
         In flight inside netem: ``rate x (delay + jitter)``.  Standing queue:
-        one round trip over this link (``2 x (delay + jitter)``) of the rate.
-        Their sum in MTU-sized packets times ``headroom``, and never below
-        ``MIN_LIMIT_PKTS`` or 2 ms of the rate.
+        one round trip of the rate, the round trip being the longest of the
+        flows that cross this direction (``queue_rtt_s``, from the routes) or
+        this link's own (``2 x (delay + jitter)``) where that is longer or the
+        shape stands alone.  Their sum in MTU-sized packets times
+        ``headroom``, and never below ``MIN_LIMIT_PKTS`` or 2 ms of the rate.
+        Packets are wire packets: the network sends without GSO unless its
+        spec says ``gso: true`` (then each of these may be a 64 KiB skb).
         """
         if self.limit is not None:
             return self.limit
@@ -206,7 +219,8 @@ class LinkShape:
         else:
             rate = self.rate_bps
         hold = self.delay_s + self.jitter_s
-        pkts = rate / 8 * (3 * hold) / self.mtu
+        rtt = max(2 * hold, self.queue_rtt_s or 0.0)
+        pkts = rate / 8 * (hold + rtt) / self.mtu
         # Floors: MIN_LIMIT_PKTS, and 2 ms of the rate (delay-free Gbit/s links).  Not netem's
         # 1000 packets: that is ~480 ms of standing queue at 25 Mbit/s (bufferbloat).
         floor = max(MIN_LIMIT_PKTS, int(math.ceil(rate / 8 * 0.002 / self.mtu)))
@@ -234,7 +248,7 @@ class LinkShape:
         d: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if value == f.default:
+            if value == f.default or f.name == "queue_rtt_s":  # derived from the routes, not a spec key
                 continue
             d[f.name] = value
         if not human:

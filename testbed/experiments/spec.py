@@ -15,7 +15,7 @@ training: {...}                 # base training section (workload, stop, optimiz
 schemes:                        # what to compare; each entry overrides `training`
   - bsp                         # shorthand for {label: bsp, scheme: {name: bsp}}
   - {label: gsyn, scheme: {name: gsyn}}
-collectors: {rate_hz: 10, links: true, procs: true}
+collectors: {rate_hz: 10, links: true, procs: true, tcp: true}
 lr_search: {values: {low: 0.01, high: 1, count: 5}, seed: 1001, steps: 40}   # optional, see lr_search
 ```
 Every error names its field and exits with status 2 before anything is built.
@@ -35,6 +35,7 @@ from topologies import Topology, from_dict, load
 from topologies.loader import read_mapping
 from traffic_control.errors import ValidationError
 from traffic_control.fields import Duration, SpecModel, unit_field, validate
+from traffic_control.profiles import DiurnalSpec, NetstormSpec, ScheduleSpec
 
 from ..network.addressing import plan_network
 from ..network.emulation import IMPAIRMENTS
@@ -61,6 +62,7 @@ class Collectors:
     links: bool = True
     procs: bool = True
     trace: bool = True
+    tcp: bool = True
 
 
 @dataclass
@@ -129,6 +131,8 @@ class CollectorsSpec(SpecModel):
     """sample every WAN and LAN interface's counters and qdisc stats"""
     procs: bool = True
     """sample every training process's CPU and memory"""
+    tcp: bool = True
+    """sample every host's TCP connections: cwnd, RTT, retransmissions (socket diagnostics)"""
     trace: bool = True
     """merge spans and samples into trace.json (Perfetto)"""
 
@@ -175,8 +179,11 @@ class ExperimentSpecModel(SpecModel):
     collectors: CollectorsSpec = unit_field(default_factory=CollectorsSpec, fix="e.g. collectors: {rate_hz: 10}")
     results_dir: str = "results"
     """results root"""
-    schedule: str | None = unit_field(None, fix="a link schedule file, relative to the spec")
-    """link events played during every trial (traffic_control.schedule)"""
+    schedule: ScheduleSpec = unit_field(
+        None, fix="a link schedule file relative to the spec, or a profile: {profile: netstorm, every: 10s, "
+                  "range: [0.2, 1.0], duration: 10min, seed: 1}")
+    """link events played during every trial: a schedule file (traffic_control.schedule) or a generated
+    time-varying profile (traffic_control.profiles: netstorm, diurnal)"""
     lr_search: LrSearchSpec | None = unit_field(None, fix="e.g. lr_search: {values: {low: 0.01, high: 1, count: 5}}")
     """per-scheme learning-rate search on a separate seed before the trials (README "Learning rates")"""
 
@@ -208,14 +215,18 @@ def parse_experiment(data: Any, source: str = "") -> ExperimentSpec:
         raise e.under("topology") from None
     imp, amn, reps, seed, timeout, stall = m.impairment, m.allow_missing_netem, m.repetitions, m.seed, m.timeout, m.stall
     c = m.collectors
-    collectors = Collectors(float(c.rate_hz), c.links, c.procs, c.trace)
+    collectors = Collectors(float(c.rate_hz), c.links, c.procs, c.trace, c.tcp)
     base_training = m.training
     raw_schemes: list[Any] = list(m.schemes) if m.schemes is not None else [
         base_training.get("scheme", {"name": "bsp"})]
     spec = ExperimentSpec(name, topo, [], reps, seed, imp, amn, timeout, collectors, m.description,
                           m.results_dir, data)
     spec.stall_s = stall
-    if data.get("schedule"):
+    if isinstance(m.schedule, (NetstormSpec, DiurnalSpec)):
+        from traffic_control.profiles import generate
+
+        spec.schedule = generate(topo, m.schedule, "schedule")
+    elif data.get("schedule"):
         from traffic_control.schedule import load_schedule
 
         sched = Path(source).parent / str(data["schedule"]) if source else Path(str(data["schedule"]))
@@ -223,6 +234,7 @@ def parse_experiment(data: Any, source: str = "") -> ExperimentSpec:
             spec.schedule = load_schedule(sched)
         except ValidationError as e:
             raise e.under("schedule") from None
+    if spec.schedule:
         from ..network.emulation import Impairment, check_schedule
 
         check_schedule(topo, spec.schedule, Impairment("none", False) if imp == "none" else None)

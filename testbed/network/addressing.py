@@ -148,6 +148,8 @@ def plan_network(topo: Topology, with_ps: bool = True) -> NetPlan:
     if len(topo.dcs) > MAX_DCS or len(topo.links) > MAX_LINKS:
         raise ValueError(f"at most {MAX_DCS} DCs and {MAX_LINKS} links are addressable")
     nodes: dict[str, NodePlan] = {}
+    # every queue is sized for the longest round trip of the flows through it, not its own link's
+    rtts = topo.queue_rtts()
     bridges = []
     switches: list[SwitchPlan] = []
     lan_of = {}
@@ -163,7 +165,7 @@ def plan_network(topo: Topology, with_ps: bool = True) -> NetPlan:
         if with_ps and topo.ps == dc.name:
             members.append((naming.ps_name(dc.name), "ps", str(net.network_address + 200), None, None))
         # LAN shape (see lan_shapes): node egress = the whole shape, switch port egress = rate only.
-        egress, port_egress, impairment = lan_shapes(dc.lan)
+        egress, port_egress, impairment = lan_shapes(dc.lan.with_changes(queue_rtt_s=rtts[(dc.name, dc.name)]))
         sw_ns = None if topo.switch == "ovs" else naming.netns_name(naming.switch_name(dc.name))
         switches.append(SwitchPlan(dc.name, br, sw_ns, impairment))
         r = NodePlan(naming.router_name(dc.name), dc.name, "router")
@@ -184,11 +186,13 @@ def plan_network(topo: Topology, with_ps: bool = True) -> NetPlan:
         a_ip, b_ip = str(net.network_address + 1), str(net.network_address + 2)
         ra, rb = nodes[naming.router_name(lk.a)], nodes[naming.router_name(lk.b)]
         a_if, b_if = naming.wan_ifname(lk.b), naming.wan_ifname(lk.a)
-        ra.ifaces.append(IfacePlan(a_if, a_ip, 30, lk.forward, peer_node=rb.name, mtu=lk.forward.mtu))
-        rb.ifaces.append(IfacePlan(b_if, b_ip, 30, lk.reverse, peer_node=ra.name, mtu=lk.reverse.mtu))
+        fwd = lk.forward.with_changes(queue_rtt_s=rtts.get((lk.a, lk.b)))
+        rev = lk.reverse.with_changes(queue_rtt_s=rtts.get((lk.b, lk.a)))
+        ra.ifaces.append(IfacePlan(a_if, a_ip, 30, fwd, peer_node=rb.name, mtu=fwd.mtu))
+        rb.ifaces.append(IfacePlan(b_if, b_ip, 30, rev, peer_node=ra.name, mtu=rev.mtu))
         wan_addr[(lk.a, lk.b)] = b_ip
         wan_addr[(lk.b, lk.a)] = a_ip
-        wans.append(WanPlan(lk.a, lk.b, ra.name, rb.name, a_if, b_if, a_ip, b_ip, lk.forward, lk.reverse))
+        wans.append(WanPlan(lk.a, lk.b, ra.name, rb.name, a_if, b_if, a_ip, b_ip, fwd, rev))
 
     # Per-destination routes on every router: next hop from the topology's routing.
     for dc in topo.dcs:

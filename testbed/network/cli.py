@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 from topologies import dump, load
@@ -112,25 +113,46 @@ def _after_up(net: EmulatedNetwork, args: argparse.Namespace, events: Any) -> in
 
 
 def _print_dry_run(net: EmulatedNetwork) -> None:
-    """What ``start`` would do with the backend ``auto`` would choose: tc commands and userspace daemons."""
+    """What ``start`` would do with the backend ``auto`` would choose, as commands: namespace sysctls and
+    interface settings, tc, and for the userspace backend its netfilter rules and daemons, for netem the
+    jitter driver (``start`` does the same through netlink and its own processes)."""
+    import shlex
+
+    from traffic_control.jitter import interval_s as jitter_interval_s
+    from traffic_control.shape import WIRE_GSO_SEGS
+    from traffic_control.userspace.rules import rule_argvs
+
+    from .emulation import Impairment, check_backend_features, node_sysctls
     from .impairment import to_impairment_shape
+    from .jitter_control import leaves_of
 
     req = net.requested
     backend = req if req != "auto" else ("netem" if _kernel_has_netem() else "userspace")
     netem = backend == "netem"
-    from .emulation import Impairment, check_backend_features
-
     check_backend_features(net.topo, Impairment(backend, netem))  # what up would refuse, refused here too
     print("\n".join(net.plan.describe()))
     print()
     print(f"# impairment backend: {backend}")
+    print("# packets: " + ("GSO super-packets (gso: true)" if net.topo.gso else
+                           f"wire-sized (GSO segment cap {WIRE_GSO_SEGS} on every node interface)"))
+    for node in net.plan.nodes.values():
+        print(f"ip netns exec {node.netns} sysctl -qw " + " ".join(node_sysctls(net.topo, node)))
+        if not net.topo.gso:
+            for ifc in node.ifaces:
+                print(f"ip -n {node.netns} link set dev {ifc.name} gso_max_segs {WIRE_GSO_SEGS}")
+
+    def daemon(netns: str, ifname: str, shape: Any, what: str) -> None:
+        for argv in rule_argvs(ifname, f"IFINDEX({ifname})"):  # the queue number is the interface's index
+            print(f"ip netns exec {netns} " + shlex.join(argv))
+        print(f"ip netns exec {netns} python -m traffic_control.userspace run --ifname {ifname} --state-dir "
+              f"STATE_DIR  # detached NFQUEUE daemon ({what}): {to_impairment_shape(shape).to_dict()}")
+
     for node in net.plan.nodes.values():
         for ifc in node.ifaces:
             if ifc.peer_node:
                 print("\n".join(dry_run(ifc.name, ifc.egress, netns=node.netns, netem=netem)))
                 if backend == "userspace" and ifc.egress.needs_netem:
-                    print(f"# {node.name}:{ifc.name} egress: userspace daemon "
-                          f"{to_impairment_shape(ifc.egress).to_dict()}")
+                    daemon(node.netns, ifc.name, ifc.egress, f"{node.name}:{ifc.name} egress")
                 continue
             if ifc.egress is not None and (netem or ifc.egress.rate_bps):
                 print("\n".join(dry_run(ifc.name, ifc.egress, netns=node.netns,
@@ -141,10 +163,19 @@ def _print_dry_run(net: EmulatedNetwork) -> None:
         if sw.lan_impairment is None:
             continue
         if backend == "userspace":
-            print(f"# {sw.netns}:{sw.bridge} (every frame the switch bridges; bridge-nf-call-iptables=1 in "
-                  f"{sw.netns}): userspace daemon {to_impairment_shape(sw.lan_impairment).to_dict()}")
+            print(f"ip netns exec {sw.netns} sysctl -qw net.bridge.bridge-nf-call-iptables=1  # its bridged "
+                  "frames reach the queue (this namespace only)")
+            daemon(sw.netns, sw.bridge, sw.lan_impairment, f"LAN of {sw.dc}, every frame the switch bridges")
         elif backend == "none":
             print(f"# LAN of {sw.dc}: {sw.lan_impairment.describe()} SKIPPED (no impairment backend)")
+    if netem:
+        for leaf in leaves_of(net):
+            sh = leaf["shape"]
+            interval = jitter_interval_s(sh["jitter_s"], sh.get("jitter_interval_s"))
+            print(f"# jitter driver (one detached process, traffic_control/jitter_driver.py): every "
+                  f"{format_time(interval)} sets {leaf['netns']}:{leaf['ifname']}'s netem delay to a new draw of "
+                  f"{format_time(sh['delay_s'])} +- {format_time(sh['jitter_s'])} (seed {leaf['seed']}), "
+                  "netem's own jitter off, its rate kept so order is")
 
 
 def _kernel_has_netem() -> bool:
@@ -182,6 +213,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     imp = net.impairment
     print(f"topology {net.topo.name}: {len(net.plan.nodes)} nodes, impairment backend "
           f"{imp.backend if imp else '?'}" + (f", seed {imp.seed}" if imp and imp.seed is not None else ""))
+    print("  packets: " + ("GSO super-packets (gso: true; a queue limit counts skbs of up to 64 KiB)"
+                           if net.topo.gso else "wire-sized (GSO off on every interface; queue limits in wire packets)"))
     if imp is not None and imp.skipped:
         print(f"  SKIPPED (not applied): {'; '.join(imp.skipped)}")
     for key, v in links.items():
@@ -211,7 +244,12 @@ def _describe_kernel(entry: dict[str, Any]) -> str:
     for key in ("duplicate", "corrupt"):
         if src.get(f"{key}_pct"):
             parts.append(f"{key} {src[f'{key}_pct']:.3g}%")
-    parts.append(f"limit {sh.get('limit')}")
+    limit, rate = sh.get("limit"), sh.get("rate_bps")
+    if limit and rate:
+        mtu = entry["link"].get("mtu") or DEFAULT_MTU
+        parts.append(f"limit {limit} ({format_time(limit * (mtu + 14) * 8 / rate)} at the rate)")
+    else:
+        parts.append(f"limit {limit}")
     if entry["link"].get("mtu") not in (None, DEFAULT_MTU):
         parts.append(f"mtu {entry['link']['mtu']}")
     if not entry["link"]["admin_up"]:
@@ -318,6 +356,41 @@ def cmd_topo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    from traffic_control.profiles import generate, to_csv
+
+    topo = load(args.spec)
+    spec: dict[str, Any] = {"profile": args.profile, "duration": args.duration}
+    if args.profile == "netstorm":
+        lo, sep, hi = str(args.range).partition(":")
+        try:
+            spec["range"] = [float(lo), float(hi)] if sep else None
+        except ValueError:
+            spec["range"] = None
+        if spec["range"] is None:
+            raise ValidationError("--range", f"bad range {args.range!r}", "write LOW:HIGH factors, e.g. 0.2:1.0")
+        spec.update(every=args.every, seed=args.seed)
+    else:
+        spec.update(period=args.period, low=args.low, step=args.step, phase_per_link=args.phase_per_link)
+    if args.links:
+        spec["links"] = [x.strip() for x in args.links.split(",") if x.strip()]
+    field = {"every": "--every", "range": "--range", "duration": "--duration", "period": "--period", "low": "--low",
+             "step": "--step", "phase_per_link": "--phase-per-link", "links": "--links", "seed": "--seed"}
+    try:
+        events = generate(topo, spec, field="profile")
+    except ValidationError as e:
+        key = (e.field or "").split(".")[1] if (e.field or "").count(".") else ""
+        raise ValidationError(field.get(key.split("[")[0], e.field or "profile"), e.problem, e.fix) from None
+    text = to_csv(events, f"testbed profile {args.profile} for topology {topo.name}: "
+                          + ", ".join(f"{k}={v}" for k, v in spec.items() if k != "profile"))
+    if args.out:
+        Path(args.out).write_text(text)
+        _say(f"{len(events)} events over {events[-1].time_s:g} s written to {args.out}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def cmd_clean(args: argparse.Namespace) -> int:
     return cmd_down(args)
 
@@ -330,7 +403,8 @@ def register(sub: Any) -> None:
     add_network_options(up)
     up.add_argument("--cli", action="store_true", help="open the Mininet CLI; the network is removed when it exits")
     up.add_argument("--dry-run", action="store_true",
-                    help="print the plan, the tc commands and the userspace daemons, create nothing")
+                    help="print the plan and what up would run: namespace sysctls, GSO caps, tc commands, the "
+                         "userspace backend's NFQUEUE rules and daemons or netem's jitter driver; create nothing")
     up.add_argument("--schedule", metavar="CSV",
                     help="play a link trace (time,link,rate,delay,jitter,loss,state) against the running network; "
                          "rates are spec rates (times the topology's scale); the command returns when it ends, "
@@ -395,3 +469,27 @@ def register(sub: Any) -> None:
     topo.set_defaults(func=cmd_topo)
     clean = sub.add_parser("clean", help="remove every testbed object left on this machine (also after a crash)")
     clean.set_defaults(func=cmd_clean)
+    prof = sub.add_parser("profile", help="write a time-varying WAN profile as a link schedule (CSV) for `net up "
+                          "--schedule` or an experiment's schedule:",
+                          description="Generate a link schedule from a few parameters, seeded and reproducible. "
+                          "Rates are factors of each link direction's spec rate (before the topology's scale). An "
+                          "experiment spec can name the same parameters instead of a file: schedule: {profile: "
+                          "netstorm, every: 10s, range: [0.2, 1.0], duration: 10min, seed: 1}.")
+    psub = prof.add_subparsers(dest="profile", required=True)
+    ns = psub.add_parser("netstorm", help="every link direction's rate redrawn uniformly within a range, every N s")
+    ns.add_argument("spec", help="topology (bundled name or file)")
+    ns.add_argument("--every", required=True, help="redraw interval, e.g. 10s")
+    ns.add_argument("--range", required=True, metavar="LOW:HIGH", help="factors of the spec rate, e.g. 0.2:1.0")
+    ns.add_argument("--duration", required=True, help="how long, e.g. 10min")
+    ns.add_argument("--seed", type=int, default=0, help="the draws' seed (default 0)")
+    di = psub.add_parser("diurnal", help="every rate follows a compressed day: 1 at the peak, LOW at the trough")
+    di.add_argument("spec", help="topology (bundled name or file)")
+    di.add_argument("--period", required=True, help="one emulated day, e.g. 10min")
+    di.add_argument("--low", required=True, type=float, help="rate factor at the trough, e.g. 0.3")
+    di.add_argument("--step", required=True, help="update interval, e.g. 15s")
+    di.add_argument("--duration", required=True, help="how long, e.g. 20min")
+    di.add_argument("--phase-per-link", default="0s", help="each further link's day starts this much later")
+    for p in (ns, di):
+        p.add_argument("--links", default=None, help="comma-separated links to vary, 'a-b' (default: all)")
+        p.add_argument("-o", "--out", default=None, help="write the CSV here (default: stdout)")
+        p.set_defaults(func=cmd_profile)

@@ -47,7 +47,7 @@ from traffic_control.capabilities import probe_kernel
 from traffic_control.errors import CapabilityMissing, TrafficControlError, ValidationError
 from traffic_control.jitter_driver import driven
 from traffic_control.netlink import NETEM_FIX
-from traffic_control.shape import DEFAULT_MTU, LinkShape, shape_dict
+from traffic_control.shape import DEFAULT_MTU, WIRE_GSO_SEGS, LinkShape, shape_dict
 
 from . import cgroups, cleanup, jitter_control, naming, state
 from . import impairment as uimp
@@ -56,7 +56,6 @@ from .addressing import IfacePlan, NetPlan, NodePlan, plan_network
 IMPAIRMENTS = ("auto", "netem", "userspace", "none")
 
 # TCP buffers large enough for a Gbit/s x 250 ms path (BDP ~ 31 MB).
-TCP_MEM = "4096 131072 67108864"
 
 
 def _mininet() -> Any:
@@ -654,12 +653,7 @@ class EmulatedNetwork:
             # The congestion control is set explicitly (a new namespace inherits the machine's default,
             # BBR on the development machines, whose PROBE_RTT pauses a flow for 200 ms every 10 s).
             cc = self.topo.dc(node.dc).congestion_control
-            cmds = [f"net.ipv4.tcp_rmem='{TCP_MEM}'", f"net.ipv4.tcp_wmem='{TCP_MEM}'",
-                    "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0",
-                    "net.ipv4.tcp_slow_start_after_idle=0", f"net.ipv4.tcp_congestion_control={cc}",
-                    "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"]
-            if node.role == "router":
-                cmds.append("net.ipv4.ip_forward=1")
+            cmds = node_sysctls(self.topo, node)
             got = h.cmd("sysctl -qw " + " ".join(cmds) + " 2>&1; cat /proc/sys/net/ipv4/tcp_congestion_control")
             if got.strip().splitlines()[-1:] != [cc]:
                 raise NetworkError(f"{node.name}: could not set TCP congestion control {cc!r}: {got.strip()[-300:]}")
@@ -748,6 +742,8 @@ class EmulatedNetwork:
                 ns.addr("add", index=idx, address=ifc.address, prefixlen=ifc.prefixlen)
                 if ifc.mtu != DEFAULT_MTU:  # the spec's mtu is the interface's, not only HTB's burst sizing
                     ns.link("set", index=idx, mtu=ifc.mtu)
+                if not self.topo.gso:  # wire-sized packets: a queue limit in packets means what it says
+                    ns.link("set", index=idx, gso_max_segs=WIRE_GSO_SEGS)
                 ns.link("set", index=idx, state="up")
             self._configure_routes(node)
             h = self.nodes[node.name]
@@ -950,6 +946,27 @@ def owned_env(node: str, env: dict[str, str] | None = None) -> dict[str, str]:
     out[naming.OWNER_ENV] = naming.PREFIX
     out["TESTBED_NODE"] = node
     return out
+
+
+def tcp_mem(maximum: int) -> str:
+    """``tcp_rmem``/``tcp_wmem`` (min, initial, max) with the spec's ceiling; the initial never above it."""
+    from topologies.model import MIN_TCP_BUFFER, TCP_BUFFER_DEFAULT
+
+    return f"{MIN_TCP_BUFFER} {min(TCP_BUFFER_DEFAULT, maximum)} {maximum}"
+
+
+def node_sysctls(topo: Topology, node: NodePlan) -> list[str]:
+    """``key=value`` sysctls of one node's namespace (quoted for a shell): TCP buffers and congestion control,
+    no reverse-path filter, no IPv6, forwarding on routers (see ``_start_nodes``)."""
+    dc = topo.dc(node.dc)
+    cmds = [f"net.ipv4.tcp_rmem='{tcp_mem(dc.receive_buffer)}'", f"net.ipv4.tcp_wmem='{tcp_mem(dc.send_buffer)}'",
+            "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0",
+            "net.ipv4.tcp_slow_start_after_idle=0",
+            f"net.ipv4.tcp_congestion_control={topo.dc(node.dc).congestion_control}",
+            "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"]
+    if node.role == "router":
+        cmds.append("net.ipv4.ip_forward=1")
+    return cmds
 
 
 def switch_sysctls(ns_name: str, bridged_to_iptables: bool = False) -> None:

@@ -5,6 +5,10 @@ per direction, every DC pair); a trial cannot wait that long, yet its figures
 are only worth something if the network was what the spec said.  So each
 trial first runs this quick check and records it in its manifest:
 
+* read back, instantly: every node interface sends wire-sized packets (GSO
+  cap 1, unless the spec says ``gso: true``) and every shaped direction's
+  queue limit is the one the plan derived (``verify.packets_check``,
+  ``verify.queue_checks``);
 * per WAN link: minimum RTT of 5 pings router to router (all links at once),
   within ``net verify``'s bar (``verify.rtt_ok``: 1 ms + 5 %; a high reading
   is measured once more, ``verify.min_rtt``); ``skipped`` where the spec's
@@ -36,7 +40,16 @@ from typing import Any
 
 from .measure import receiver_then_sender
 from .udp_train import FRAME_BYTES
-from .verify import GOODPUT_MIN_RATIO, RTT_TOLERANCE, Check, delay_applied, min_rtt, rtt_ok
+from .verify import (
+    GOODPUT_MIN_RATIO,
+    RTT_TOLERANCE,
+    Check,
+    delay_applied,
+    min_rtt,
+    packets_check,
+    queue_checks,
+    rtt_ok,
+)
 
 PINGS = 5
 PING_INTERVAL_S = 0.02
@@ -65,6 +78,10 @@ class SelfTest:
             if c.status == "fail":
                 if c.kind == "link_rtt":
                     out.append(f"{c.subject}: min RTT {_ms(c.measured)} ms, spec {_ms(c.expected)} ms")
+                elif c.kind == "packets":
+                    out.append(f"GSO on where packets must be wire-sized: {c.extra.get('wrong')}")
+                elif c.kind == "queue_limit":
+                    out.append(f"{c.subject}: queue limit {c.measured} packets, derived {c.expected}")
                 else:
                     out.append(f"{c.subject}: rate {_mbit(c.measured)} Mbit/s, spec {_mbit(c.expected)} Mbit/s")
         return out
@@ -91,6 +108,9 @@ def quick_check(net: Any, log: Any = None) -> SelfTest:
     t0 = time.monotonic()
     out = SelfTest()
     try:
+        # read back, instant: wire-sized packets everywhere, every queue limit the one the plan derived
+        out.checks.append(packets_check(net))
+        out.checks += queue_checks(net)
         out.checks += _rtts(net, delay_applied(net))
         # The two directions of a link at once where their trains are light enough (full duplex:
         # separate egress queues, senders and receivers), else one after the other: a train costs

@@ -35,7 +35,9 @@ def test_dry_run_prints_tc_commands_and_creates_nothing():
                             f"{int(round(shape.delay_s * 1e6))}us limit {shape.netem_limit}") in out
                 else:  # the delay is a daemon's, said so; the leaf holds the rate's queue
                     assert f"{prefix}qdisc add dev w-{dst} parent 1:1 handle 10: pfifo limit {shape.netem_limit}" in out
-                    assert f"# {src}-r:w-{dst} egress: userspace daemon" in out
+                    assert (f"ip netns exec tb-{src}-r python -m traffic_control.userspace run --ifname w-{dst} "
+                            "--state-dir STATE_DIR  # detached NFQUEUE daemon") in out
+                    assert (f"ip netns exec tb-{src}-r iptables -w -t mangle -A POSTROUTING -o w-{dst} ") in out
         # LAN rate on both ends: the host's egress and its port on the switch (in the switch's namespace)
         assert (f"ip netns exec tb-east-h1 tc class add dev eth0 parent 1: classid 1:1 htb rate 1gbit ceil 1gbit "
                 f"burst {lan.burst_bytes}b") in out

@@ -51,7 +51,10 @@ def test_a_network_as_specified_passes_in_under_five_seconds(net):
     assert st.faithful and st.problems == []
     assert st.seconds < 5.0  # the bar on the bundled topologies
     d = st.to_dict()
-    assert d["faithful"] is True and len(d["checks"]) == 9
+    # and the read-backs: one packets row, a queue_limit row per shaped direction
+    assert d["faithful"] is True and len(d["checks"]) == 9 + 1 + 6
+    assert {c.kind for c in st.checks if c.status == "pass"} == {"packets", "queue_limit", "link_rate", "link_rtt"} \
+        or want == "skipped"
 
 
 @pytest.mark.parametrize("factor", [0.5, 2.0], ids=["slower", "faster"])
@@ -65,13 +68,15 @@ def test_a_rate_changed_behind_the_testbeds_back_is_caught(net, factor):
     finally:
         tcnl.change(w.a_if, slow, w.forward, netns=net.netns(w.a_router), netem=False)
     _report(st)
-    bad = [c for c in st.checks if c.status == "fail"]
-    assert [c.subject for c in bad] == [f"{w.a}->{w.b}"], [(c.subject, c.status) for c in st.checks]
+    # the rate row fails, and the queue limit row of the same direction: the limit went with the new rate
+    assert {(c.kind, c.subject) for c in st.checks if c.status == "fail"} == {
+        ("link_rate", f"{w.a}->{w.b}"), ("queue_limit", f"{w.a}->{w.b}")}, [(c.subject, c.status) for c in st.checks]
+    bad = [c for c in st.checks if c.status == "fail" and c.kind == "link_rate"]
     if factor < 1:
         assert bad[0].measured == pytest.approx(w.forward.rate_bps * factor, rel=0.05)
     else:  # the train is sent at 1.25 x the spec: that is what an over-fast link passes
         assert bad[0].measured > 1.15 * w.forward.rate_bps
-    assert not st.faithful and f"{w.a}->{w.b}: rate" in st.problems[0]
+    assert not st.faithful and any(p.startswith(f"{w.a}->{w.b}: rate") for p in st.problems), st.problems
     again = quick_check(net)
     _report(again)
     assert again.faithful, again.problems  # restored: the check says so again

@@ -60,3 +60,33 @@ def test_an_unavailable_congestion_control_is_refused_before_building(tmp_path):
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert "dcs[0].tcp.congestion_control" in r.stderr and "modprobe tcp_nosuchcc" in r.stderr
     assert cleanup.leftovers() == {}
+
+
+BUFFERS = {"name": "bufs", "dcs": [{"name": "a", "hosts": 1},
+                                   {"name": "b", "hosts": 1, "tcp": {"receive_buffer": "128KiB"}}],
+           "links": [{"a": "a", "b": "b", "rate": "100Mbit", "delay": "20ms"}]}
+
+
+def test_a_small_receive_buffer_caps_a_flow_at_window_over_rtt(tmp_path):
+    """b's hosts may buffer 128 KiB per socket: a flow into b is window-limited (at most 128 KiB per 40 ms
+    round trip, 26 Mbit/s), the same link's other direction into a (64 MiB, the default) is not.  Side by
+    side on one network; the sysctl read back from another process."""
+    from testbed.network.measure import TCP_PAYLOAD_FRACTION, iperf3
+    from tests.network.helpers import network
+    from topologies import from_dict
+
+    require_root_tools("iperf3")
+    with network(from_dict(BUFFERS), with_ps=False, impairment="auto") as net:
+        if net.impairment is None or net.impairment.skipped:
+            pytest.skip("the path's delay is not applied on this machine")
+        rmem = subprocess.run(["ip", "netns", "exec", net.netns("b-h1"), "cat", "/proc/sys/net/ipv4/tcp_rmem"],
+                              capture_output=True, text=True, check=True).stdout.split()
+        assert rmem == ["4096", "131072", "131072"]
+        into_b = iperf3(net, "a-h1", "b-h1", net.plan.nodes["b-h1"].ip, seconds=4, omit=1, port=5351)["bps"]
+        into_a = iperf3(net, "b-h1", "a-h1", net.plan.nodes["a-h1"].ip, seconds=4, omit=1, port=5352)["bps"]
+    ideal = 100e6 * TCP_PAYLOAD_FRACTION
+    bound = 128 * 1024 * 8 / 0.040
+    print(f"into b (128 KiB): {into_b / 1e6:.2f} Mbit/s (window bound {bound / 1e6:.1f}); into a (64 MiB): "
+          f"{into_a / 1e6:.2f} Mbit/s ({into_a / ideal:.3f} x ideal)")
+    assert into_b <= 1.05 * bound and into_b >= 0.2 * bound
+    assert into_a >= 0.9 * ideal

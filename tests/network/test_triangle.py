@@ -121,7 +121,8 @@ def test_tc_read_back_equals_the_spec(net):
     lan = net.topo.dc("east").lan
     for n in net.plan.hosts("east"):
         got = rb[f"{n.name}:eth0"]["shape"]
-        assert got["rate_bps"] == pytest.approx(lan.rate_bps) and got["limit"] == lan.netem_limit
+        # the plan's LAN shape: the spec's, its queue sized for the DC's longest flow
+        assert got["rate_bps"] == pytest.approx(lan.rate_bps) and got["limit"] == n.ifaces[0].egress.netem_limit
         ifc = n.ifaces[0]
         assert ifc.switch_netns == "tb-east-sw"  # the switch port, in the switch's own namespace
         assert rb[f"{ifc.switch_netns}:{ifc.port}"]["shape"]["rate_bps"] == pytest.approx(lan.rate_bps)

@@ -63,6 +63,10 @@ EXPERIMENT = {
                  "training": {k: copy.deepcopy(v) for k, v in TRAINING.items() if k not in ("workload", "scheme")}}],
     "lr_search": {"values": {"low": 0.01, "high": 1.0, "count": 4}, "seed": 1001, "steps": 5, "wall_s": "10s",
                   "target": {"metric": "loss", "value": 1.0}, "schemes": ["x"]},
+    # a profile (the walker meets both profile variants at this path, diurnal last; netstorm's keys:
+    # tests/unit/test_profiles.py)
+    "schedule": {"profile": "diurnal", "period": "60s", "low": 0.5, "step": "10s", "duration": "30s",
+                 "phase_per_link": "5s", "links": ["a-b"]},
 }
 # parameters that a variant needs to be valid at all (pgcs needs the experts workload)
 VARIANT_NEEDS: dict[tuple[str, str], dict[str, Any]] = {

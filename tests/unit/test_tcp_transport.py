@@ -50,3 +50,29 @@ def test_preflight_raises_before_building(monkeypatch):
     with pytest.raises(ValidationError) as e:
         check_transport(from_dict(BASE))
     assert e.value.field == "dcs[0].tcp.congestion_control" and "modprobe tcp_cubic" in e.value.fix
+
+
+def test_socket_buffers_default_per_dc_and_defaults():
+    from testbed.network.addressing import plan_network
+    from testbed.network.emulation import node_sysctls, tcp_mem
+    from topologies.model import DEFAULT_TCP_BUFFER
+
+    topo = from_dict(dict(BASE, defaults={"tcp": {"send_buffer": "1MiB"}},
+                          dcs=["a", {"name": "b", "tcp": {"receive_buffer": "256KiB", "send_buffer": "64KiB"}}]))
+    a, b = topo.dc("a"), topo.dc("b")
+    assert (a.receive_buffer, a.send_buffer) == (DEFAULT_TCP_BUFFER, 2**20)
+    assert (b.receive_buffer, b.send_buffer) == (256 * 1024, 64 * 1024)
+    # sysctls: the ceiling is the spec's; Linux's initial 128 KiB never above it
+    assert tcp_mem(64 * 1024) == "4096 65536 65536" and tcp_mem(2**20) == "4096 131072 1048576"
+    cmds = node_sysctls(topo, plan_network(topo).nodes["b-h1"])
+    assert "net.ipv4.tcp_rmem='4096 131072 262144'" in cmds and "net.ipv4.tcp_wmem='4096 65536 65536'" in cmds
+    again = from_dict(topo.to_dict())
+    assert again.dc("b").send_buffer == 64 * 1024 and again.dc("a").send_buffer == 2**20
+    assert topo.to_dict()["dcs"][1]["tcp"] == {"receive_buffer": "256KiB", "send_buffer": "64KiB"}
+
+
+@pytest.mark.parametrize("value, why", [("1KiB", "receive_buffer"), ("4GiB", "receive_buffer"), ("100Mbit", "receive_buffer")])
+def test_bad_buffer_sizes_name_the_field(value, why):
+    with pytest.raises(ValidationError) as e:
+        from_dict(dict(BASE, dcs=["a", {"name": "b", "tcp": {"receive_buffer": value}}]))
+    assert e.value.field == f"dcs[1].tcp.{why}"

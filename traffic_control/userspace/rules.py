@@ -35,7 +35,7 @@ class RuleError(RuntimeError):
     """iptables refused a rule (message carries its stderr)."""
 
 
-def marker(ifname: str, queue: int) -> str:
+def marker(ifname: str, queue: int | str) -> str:
     """The comment that tags this backend's rule for one interface."""
     return f"{MARKER}:{ifname}:q{queue}"
 
@@ -54,17 +54,20 @@ def install(ifname: str, queue: int, prefix: Sequence[str] = ()) -> None:
     Fails closed by construction (no ``--queue-bypass``).  IPv4 is required;
     IPv6 is best effort, since some kernels and containers lack it.
     """
-    for index, (tool, _save) in enumerate(TOOLS):
+    for index, (tool, argv) in enumerate(zip((t for t, _ in TOOLS), rule_argvs(ifname, queue))):
         if not _available(tool):
             if index == 0:
                 raise RuleError(f"{tool} not found: install the iptables package")
             continue
-        argv = [tool, "-w", "-t", "mangle", "-A", "POSTROUTING", "-o", ifname,
-                "-m", "comment", "--comment", marker(ifname, queue),
-                "-j", "NFQUEUE", "--queue-num", str(queue)]
         result = _run(argv, prefix)
         if result.returncode != 0 and index == 0:
             raise RuleError(f"{' '.join(argv)}: {result.stderr.strip()}")
+
+
+def rule_argvs(ifname: str, queue: int | str) -> list[list[str]]:
+    """The iptables and ip6tables commands :func:`install` runs (also what a dry run prints)."""
+    return [[tool, "-w", "-t", "mangle", "-A", "POSTROUTING", "-o", ifname, "-m", "comment", "--comment",
+             marker(ifname, queue), "-j", "NFQUEUE", "--queue-num", str(queue)] for tool, _save in TOOLS]
 
 
 def list_rules(prefix: Sequence[str] = (), ifname: str | None = None) -> list[tuple[str, list[str]]]:
