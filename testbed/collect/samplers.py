@@ -501,7 +501,7 @@ class ProcSampler(PeriodicSampler):
 
 
 class SamplerSet:
-    """Both samplers of one trial, writing under ``<trial_dir>/samples/``.
+    """The samplers of one trial (links, TCP connections, processes), writing under ``<trial_dir>/samples/``.
 
     ``start()``/``stop()`` are what the runner and the overhead benchmark
     call; ``stop()`` returns both samplers' stats and also writes them to
@@ -510,21 +510,28 @@ class SamplerSet:
 
     def __init__(self, trial_dir: str | os.PathLike[str], t0_ns: int,
                  links: Iterable[LinkTarget] = (), procs: Iterable[ProcTarget] = (),
-                 rate_hz: float = DEFAULT_RATE_HZ, proc_rate_hz: float | None = None) -> None:
+                 rate_hz: float = DEFAULT_RATE_HZ, proc_rate_hz: float | None = None,
+                 tcp: Iterable[Any] = ()) -> None:
+        from .tcp_sampler import TcpSampler
+
         samples = Path(trial_dir) / "samples"
         links = list(links)
+        tcp = list(tcp)
         self.links = LinkSampler(samples / "links.jsonl", links, t0_ns, rate_hz) if links else None
+        self.tcp = TcpSampler(samples / "tcp.jsonl", tcp, t0_ns, rate_hz) if tcp else None
         self.procs = ProcSampler(samples / "procs.jsonl", procs, t0_ns, proc_rate_hz or rate_hz)
         self.stats_path = samples / "sampler_stats.json"
 
     def start(self) -> SamplerSet:
-        if self.links is not None:
-            self.links.start()
+        started: list[PeriodicSampler] = []
         try:
-            self.procs.start()
+            for s in (self.links, self.tcp, self.procs):
+                if s is not None:
+                    s.start()
+                    started.append(s)
         except BaseException:
-            if self.links is not None:
-                self.links.stop()
+            for s in started:
+                s.stop()
             raise
         return self
 
@@ -535,6 +542,8 @@ class SamplerSet:
         stats = {"procs": self.procs.stop()}
         if self.links is not None:
             stats["links"] = self.links.stop()
+        if self.tcp is not None:
+            stats["tcp"] = self.tcp.stop()
         with contextlib.suppress(OSError):
             write_atomic(self.stats_path, json.dumps(stats, indent=2) + "\n")
         return stats

@@ -99,7 +99,8 @@ def _clean_args(rec: dict[str, Any]) -> dict[str, Any]:
 
 def build_trace(spans: Iterable[dict[str, Any]], links: Iterable[dict[str, Any]] = (),
                 procs: Iterable[dict[str, Any]] = (), metadata: dict[str, Any] | None = None,
-                clock_offsets_ns: dict[str, int] | None = None) -> dict[str, Any]:
+                clock_offsets_ns: dict[str, int] | None = None,
+                tcp: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
     """Chrome trace object from span and sample records (contract formats).
 
     ``clock_offsets_ns``: per-host offset subtracted from span ``ts`` when the
@@ -110,12 +111,15 @@ def build_trace(spans: Iterable[dict[str, Any]], links: Iterable[dict[str, Any]]
              if s.get("dur", -1) >= 0]
     links = list(links)
     procs = list(procs)
+    tcp = list(tcp)
 
     host_dc: dict[str, str] = {}
     for s in spans:
         host_dc.setdefault(str(s["host"]), str(s.get("dc", "")))
     for p in procs:
         host_dc.setdefault(str(p.get("host")), "")
+    for r in tcp:
+        host_dc.setdefault(str(r.get("node")), "")
     nodes = sorted({str(r.get("node")) for r in links} - set(host_dc))
     pids: dict[str, int] = {}
     for h in sorted(host_dc, key=lambda h: (host_dc[h], h)):
@@ -171,6 +175,7 @@ def build_trace(spans: Iterable[dict[str, Any]], links: Iterable[dict[str, Any]]
 
     events.extend(_link_counters(links, pids))
     events.extend(_proc_counters(procs, pids))
+    events.extend(_tcp_counters(tcp, pids))
     # metadata first, then by time; at equal time longer spans first (Chrome nesting rule)
     events.sort(key=lambda e: (e["ts"], -e.get("dur", 0)))
     other = {"source": "testbed", "time_unit": "us since trial t0"}
@@ -225,6 +230,28 @@ def _proc_counters(procs: list[dict[str, Any]], pids: dict[str, int]) -> list[di
     return out
 
 
+def _tcp_counters(tcp: list[dict[str, Any]], pids: dict[str, int]) -> list[dict[str, Any]]:
+    """One counter track per connection on its host: congestion window (segments) and smoothed RTT (ms),
+    and its retransmissions so far; a line is written only when the connection moved data."""
+    out: list[dict[str, Any]] = []
+    for r in sorted(tcp, key=lambda r: r["ts"]):
+        node = str(r.get("node"))
+        if node not in pids:
+            continue
+        conn = f"tcp {r.get('src')}->{r.get('dst')}"
+        args = {}
+        if isinstance(r.get("cwnd"), (int, float)):
+            args["cwnd"] = r["cwnd"]
+        if isinstance(r.get("rtt_us"), (int, float)):
+            args["rtt_ms"] = round(r["rtt_us"] / 1e3, 3)
+        if args:
+            out.append({"name": conn, "ph": "C", "ts": _us(r["ts"]), "pid": pids[node], "args": args})
+        if isinstance(r.get("retrans_total"), (int, float)):
+            out.append({"name": f"{conn} retransmits", "ph": "C", "ts": _us(r["ts"]), "pid": pids[node],
+                        "args": {"total": r["retrans_total"]}})
+    return out
+
+
 def write_trace(obj: dict[str, Any], out_dir: Path,
                 gzip_threshold: int = GZIP_THRESHOLD_BYTES) -> Path:
     """Write ``trace.json`` or, when larger than ``gzip_threshold``, ``trace.json.gz``.
@@ -254,12 +281,12 @@ def merge_trial(trial_dir: Path, gzip_threshold: int = GZIP_THRESHOLD_BYTES
                 ) -> tuple[Path | None, list[str]]:
     """Build and write a trial's trace; returns (path or None, problems found in its records)."""
     tr = read_trial(Path(trial_dir))
-    if not tr.spans and not tr.links and not tr.procs:
+    if not tr.spans and not tr.links and not tr.procs and not tr.tcp:
         return None, tr.problems + ["trace: nothing to merge (no spans, no samples)"]
     offsets = tr.manifest.get("clock_offsets_ns")
     obj = build_trace(tr.spans, tr.links, tr.procs,
                       metadata={"trial": tr.name, "scheme": tr.scheme},
-                      clock_offsets_ns=offsets if isinstance(offsets, dict) else None)
+                      clock_offsets_ns=offsets if isinstance(offsets, dict) else None, tcp=tr.tcp)
     problems = list(tr.problems)
     problems += [f"trace: {p}" for p in validate_trace(obj)]
     return write_trace(obj, Path(trial_dir), gzip_threshold), problems

@@ -108,6 +108,7 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
               stop_flag: Callable[[], bool] | None = None) -> TrialResult:
     from ..collect.recorder import events_path
     from ..collect.samplers import LinkTarget, ProcTarget, SamplerSet
+    from ..collect.tcp_sampler import TcpTarget
     from ..collect.trace import merge_trial
     from ..training.jobs import Placement, command_for, make_jobs, write_jobs
 
@@ -157,10 +158,12 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
         manifest["lr"] = jobs[0].lr  # what the processes applied (testbed.training.lr), and where it came from
         manifest["lr_provenance"] = scheme.lr_provenance or {"source": "given"}
         paths = write_jobs(jobs, trial_dir)
-        if spec.collectors.links or spec.collectors.procs:
+        if spec.collectors.links or spec.collectors.procs or spec.collectors.tcp:
             links = [LinkTarget(w["node"], w["ifname"], w["link"], w["netns"]) for w in net.wan_interfaces()] \
                 if spec.collectors.links else []
-            samplers = SamplerSet(trial_dir, t0, links=links, rate_hz=spec.collectors.rate_hz).start()
+            tcp = [TcpTarget(n.name, net.netns(n.name)) for n in net.plan.nodes.values()
+                   if n.role in ("host", "ps")] if spec.collectors.tcp else []
+            samplers = SamplerSet(trial_dir, t0, links=links, rate_hz=spec.collectors.rate_hz, tcp=tcp).start()
         # server first, so workers find it listening
         order = sorted(zip(jobs, paths), key=lambda jp: 0 if jp[0].role == "server" else 1)
         env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="eth0")

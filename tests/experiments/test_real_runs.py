@@ -64,7 +64,8 @@ def test_runs_record_everything_and_bytes_cross_the_wan(tmp_path: Path) -> None:
         assert m["network"]["impairment"]["backend"] in ("netem", "userspace", "none")
         # the self-test ran before training and the CPU was watched during it; the verdict is recorded
         st = m["selftest"]
-        assert st["error"] is None and {c["kind"] for c in st["checks"]} == {"link_rtt", "link_rate"}
+        assert st["error"] is None and {c["kind"] for c in st["checks"]} == {"packets", "queue_limit", "link_rtt",
+                                                                            "link_rate"}
         assert all(c["status"] in ("pass", "skipped", "info") for c in st["checks"]), st["checks"]
         assert m["cpu_saturation"]["machine"]["samples"] >= 2
         assert isinstance(m["faithful"], bool) and m["faithful"] == (m["unfaithful_reasons"] == [])
@@ -79,6 +80,16 @@ def test_runs_record_everything_and_bytes_cross_the_wan(tmp_path: Path) -> None:
         assert spans > 0, t.label
         assert links >= spans, (t.label, links, spans)
         assert links <= spans * 1.25 + 300_000, (t.label, links, spans)
+        # each host's TCP connections, sampled from the kernel: the ones across DCs see at least the WAN's
+        # round trip (5 ms each way); what they acknowledged covers what the schemes say they sent across
+        # (0.7: the sampler ticks at 20 Hz, a connection's last bytes can close between two ticks)
+        tcp = [json.loads(x) for x in (t.dir / "samples" / "tcp.jsonl").read_text().splitlines()]
+        cross = [r for r in tcp if r["src"].split(".")[1] != r["dst"].split(".")[1]]
+        assert cross and all(r["cwnd"] > 0 and r["mss"] > 0 for r in cross), t.label
+        if m["network"]["impairment"]["backend"] != "none":
+            assert min(r["min_rtt_us"] for r in cross) >= 0.9 * 10_000, t.label
+        assert sum(max(r["bytes_acked"] for r in cross if (r["node"], r["src"], r["dst"]) == k)
+                   for k in {(r["node"], r["src"], r["dst"]) for r in cross}) >= 0.7 * spans, t.label
     assert (tmp_path / "run" / "summary.md").exists()
     assert list((tmp_path / "run" / "figures").glob("*.pdf"))
     assert leftovers() == {}

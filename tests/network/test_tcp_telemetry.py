@@ -1,0 +1,65 @@
+"""The TCP telemetry sampler reads each connection's own view of the emulated path, from the kernel.
+
+One cubic flow over 50 Mbit/s with 20 ms each way; the sampler watches the sending host's namespace
+at 10 Hz.  What it reads must agree with the spec and with what iperf3 says of the same connection:
+the connection's minimum RTT is the path's 40 ms (not the sampler's own namespace's ~0), its window
+grew to carry the bandwidth-delay product, and its acknowledged bytes are iperf3's sent bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from testbed.collect.tcp_sampler import TcpSampler, TcpTarget
+from tests.network.helpers import network, require_root_tools
+from topologies import from_dict
+
+pytestmark = pytest.mark.root
+
+SPEC = {"name": "tcpinfo", "dcs": [{"name": "a", "hosts": 1}, {"name": "b", "hosts": 1}],
+        "links": [{"a": "a", "b": "b", "rate": "50Mbit", "delay": "20ms"}]}
+
+
+def test_sampler_reads_the_connection_over_the_emulated_path(tmp_path):
+    require_root_tools("iperf3")
+    with network(from_dict(SPEC), with_ps=False, impairment="auto") as net:
+        if net.impairment is None or net.impairment.skipped:
+            pytest.skip("the path's delay is not applied on this machine")
+        dst = net.plan.nodes["b-h1"].ip
+        out = tmp_path / "tcp.jsonl"
+        sampler = TcpSampler(out, [TcpTarget("a-h1", net.netns("a-h1"))], rate_hz=10).start()
+        srv = net.popen("b-h1", ["iperf3", "-s", "-1", "-p", "5341", "-B", dst],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(0.3)
+            cli = net.popen("a-h1", ["iperf3", "-c", dst, "-p", "5341", "-t", "5", "-J"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            rep, _ = cli.communicate(timeout=60)
+        finally:
+            srv.kill()
+            srv.wait()
+            stats = sampler.stop()
+        end = json.loads(rep)["end"]
+        sent, retrans = end["sum_sent"]["bytes"], end["sum_sent"]["retransmits"]
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert stats["errors"] == {}, stats
+    data = [r for r in rows if r["dst"] == f"{dst}:5341"]
+    bulk = max({r["src"] for r in data}, key=lambda s: max(r["bytes_acked"] for r in data if r["src"] == s))
+    flow = [r for r in data if r["src"] == bulk]
+    assert len(flow) >= 30, f"{len(flow)} samples of a 5 s flow at 10 Hz"
+    rtt_min = min(r["min_rtt_us"] for r in flow) / 1e6
+    bdp_segments = 50e6 / 8 * 0.040 / flow[-1]["mss"]
+    acked = max(r["bytes_acked"] for r in flow)
+    print(f"{len(flow)} samples; min RTT {rtt_min * 1e3:.2f} ms; max cwnd {max(r['cwnd'] for r in flow)} "
+          f"segments (BDP {bdp_segments:.0f}); acked {acked} of {sent} sent; retransmits {flow[-1]['retrans_total']} "
+          f"(iperf3 {retrans})")
+    assert 0.040 <= rtt_min <= 0.040 * 1.05 + 0.001  # the path's RTT, read by the connection itself
+    assert max(r["cwnd"] for r in flow) >= 0.9 * bdp_segments  # the window grew to carry the path
+    assert 0.9 * sent <= acked <= sent  # the last sample can precede the last ACKs by one tick
+    assert flow[-1]["retrans_total"] <= retrans
+    ts = [r["ts"] for r in flow]
+    assert ts == sorted(ts) and len(set(ts)) == len(ts)
