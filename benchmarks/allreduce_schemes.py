@@ -62,8 +62,17 @@ def main() -> int:
     ap.add_argument("--impairment", default="auto", help="netem, userspace or auto")
     ap.add_argument("--scale", type=float, default=None, help="multiply every WAN rate by this factor")
     ap.add_argument("--json", type=Path, default=None, help="also write the full result here")
+    ap.add_argument("--packets", choices=("gso", "spec"), default="gso",
+                    help="gso (default): hosts send GSO super-packets, whatever the topology says; spec: as the "
+                         "topology says (wire-sized by default). The model has no per-packet CPU cost: with wire-"
+                         "sized packets the userspace backend's daemons handle ~45x more packets, and on a 2-core "
+                         "machine the tree schemes then measured 2.1-2.2x their prediction (README)")
     args = ap.parse_args()
     topo = load(args.topology, scale=args.scale)
+    if args.packets == "gso":
+        from dataclasses import replace
+
+        topo = replace(topo, gso=True)
     size = parse_size(args.size)
     graph = topo.dc_graph()
     plan = plan_blp(graph, size, path=topo.path)
@@ -97,10 +106,12 @@ def main() -> int:
                 print(o[-2000:])
             return 1
         res = json.loads((tmp / "result.json").read_text())
+        res["packets"] = "GSO super-packets" if topo.gso else "wire-sized"
         imp = net.impairment.backend if net.impairment else "?"
     if args.json is not None:
         args.json.write_text(json.dumps(res, indent=2, default=str))
-    print(render(topo.name, topo.scale, len(hosts), size, imp, res, plan.predicted_time_s, lan, base))
+    print(render(topo.name, topo.scale, len(hosts), size, f"{imp}, packets {res['packets']}", res,
+                 plan.predicted_time_s, lan, base))
     return 0
 
 

@@ -391,6 +391,20 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import_matrix(args: argparse.Namespace) -> int:
+    from topologies.matrix import load_matrix
+
+    topo, _ = load_matrix(args.csv, name=args.name, hosts=args.hosts, scale=args.scale)
+    text = (f"# imported by `testbed import-matrix {args.csv}`: {len(topo.dcs)} DCs, {len(topo.links)} links\n"
+            + dump(topo, "yaml"))
+    if args.out:
+        Path(args.out).write_text(text)
+        _say(f"topology {topo.name} ({len(topo.dcs)} DCs, {len(topo.links)} links) written to {args.out}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def cmd_clean(args: argparse.Namespace) -> int:
     return cmd_down(args)
 
@@ -469,6 +483,18 @@ def register(sub: Any) -> None:
     topo.set_defaults(func=cmd_topo)
     clean = sub.add_parser("clean", help="remove every testbed object left on this machine (also after a crash)")
     clean.set_defaults(func=cmd_clean)
+    imp = sub.add_parser("import-matrix", help="a topology from a published latency/bandwidth matrix (CSV of region "
+                         "pairs: a,b,rtt,rate,source), sources recorded in its description",
+                         description="Each row is a WAN link between two regions (rtt: round trip; rate: empty for "
+                         "unshaped; source: where the numbers come from, required). Regions become DCs (names "
+                         "derived, the region kept as the label); pairs not in the matrix are relayed. Prints the "
+                         "topology as YAML, or writes it with -o. Example: topologies/matrices/aws_seven_regions.csv.")
+    imp.add_argument("csv", help="the matrix file")
+    imp.add_argument("--name", default=None, help="topology name (default: the file's name)")
+    imp.add_argument("--hosts", type=int, default=1, help="trainer hosts per DC (default 1)")
+    imp.add_argument("--scale", type=float, default=1.0, help="multiply every rate (recorded; default 1)")
+    imp.add_argument("-o", "--out", default=None, help="write the YAML here (default: stdout)")
+    imp.set_defaults(func=cmd_import_matrix)
     prof = sub.add_parser("profile", help="write a time-varying WAN profile as a link schedule (CSV) for `net up "
                           "--schedule` or an experiment's schedule:",
                           description="Generate a link schedule from a few parameters, seeded and reproducible. "
