@@ -383,12 +383,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         raise ValidationError(field.get(key.split("[")[0], e.field or "profile"), e.problem, e.fix) from None
     text = to_csv(events, f"testbed profile {args.profile} for topology {topo.name}: "
                           + ", ".join(f"{k}={v}" for k, v in spec.items() if k != "profile"))
-    if args.out:
-        Path(args.out).write_text(text)
-        _say(f"{len(events)} events over {events[-1].time_s:g} s written to {args.out}")
-    else:
-        sys.stdout.write(text)
-    return 0
+    return _emit(text, args.out, f"{len(events)} events over {events[-1].time_s:g} s")
 
 
 def cmd_import_matrix(args: argparse.Namespace) -> int:
@@ -397,9 +392,14 @@ def cmd_import_matrix(args: argparse.Namespace) -> int:
     topo, _ = load_matrix(args.csv, name=args.name, hosts=args.hosts, scale=args.scale)
     text = (f"# imported by `testbed import-matrix {args.csv}`: {len(topo.dcs)} DCs, {len(topo.links)} links\n"
             + dump(topo, "yaml"))
-    if args.out:
-        Path(args.out).write_text(text)
-        _say(f"topology {topo.name} ({len(topo.dcs)} DCs, {len(topo.links)} links) written to {args.out}")
+    return _emit(text, args.out, f"topology {topo.name} ({len(topo.dcs)} DCs, {len(topo.links)} links)")
+
+
+def _emit(text: str, out: str | None, what: str) -> int:
+    """A generated file: written to ``out`` (and said so on stderr) or printed on stdout."""
+    if out:
+        Path(out).write_text(text)
+        _say(f"{what} written to {out}")
     else:
         sys.stdout.write(text)
     return 0
