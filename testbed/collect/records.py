@@ -162,6 +162,7 @@ class TrialRecords:
     links: list[dict[str, Any]] = field(default_factory=list)
     procs: list[dict[str, Any]] = field(default_factory=list)
     tcp: list[dict[str, Any]] = field(default_factory=list)
+    cross: list[dict[str, Any]] = field(default_factory=list)
     manifest: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
@@ -222,8 +223,8 @@ def read_trial(trial_dir: Path) -> TrialRecords:
     tr.metrics, probs = read_metrics_csv(trial_dir / "metrics.csv", trial_dir)
     tr.problems.extend(probs)
     for attr, rel in (("links", "samples/links.jsonl"), ("procs", "samples/procs.jsonl"),
-                      ("tcp", "samples/tcp.jsonl")):
-        if attr == "tcp" and not (trial_dir / rel).exists():  # optional: trials from before it existed
+                      ("tcp", "samples/tcp.jsonl"), ("cross", "samples/cross.jsonl")):
+        if attr in ("tcp", "cross") and not (trial_dir / rel).exists():  # optional: older trials, no cross traffic
             continue
         recs, probs = read_jsonl(trial_dir / rel, trial_dir)
         recs = [r for r in recs if _is_num(r.get("ts"))]

@@ -100,7 +100,7 @@ def _clean_args(rec: dict[str, Any]) -> dict[str, Any]:
 def build_trace(spans: Iterable[dict[str, Any]], links: Iterable[dict[str, Any]] = (),
                 procs: Iterable[dict[str, Any]] = (), metadata: dict[str, Any] | None = None,
                 clock_offsets_ns: dict[str, int] | None = None,
-                tcp: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
+                tcp: Iterable[dict[str, Any]] = (), cross: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
     """Chrome trace object from span and sample records (contract formats).
 
     ``clock_offsets_ns``: per-host offset subtracted from span ``ts`` when the
@@ -112,6 +112,7 @@ def build_trace(spans: Iterable[dict[str, Any]], links: Iterable[dict[str, Any]]
     links = list(links)
     procs = list(procs)
     tcp = list(tcp)
+    cross = list(cross)
 
     host_dc: dict[str, str] = {}
     for s in spans:
@@ -120,6 +121,8 @@ def build_trace(spans: Iterable[dict[str, Any]], links: Iterable[dict[str, Any]]
         host_dc.setdefault(str(p.get("host")), "")
     for r in tcp:
         host_dc.setdefault(str(r.get("node")), "")
+    for r in cross:
+        host_dc.setdefault(str(r.get("node")), "cross traffic")
     nodes = sorted({str(r.get("node")) for r in links} - set(host_dc))
     pids: dict[str, int] = {}
     for h in sorted(host_dc, key=lambda h: (host_dc[h], h)):
@@ -176,6 +179,7 @@ def build_trace(spans: Iterable[dict[str, Any]], links: Iterable[dict[str, Any]]
     events.extend(_link_counters(links, pids))
     events.extend(_proc_counters(procs, pids))
     events.extend(_tcp_counters(tcp, pids))
+    events.extend(_cross_tracks(cross, pids))
     # metadata first, then by time; at equal time longer spans first (Chrome nesting rule)
     events.sort(key=lambda e: (e["ts"], -e.get("dur", 0)))
     other = {"source": "testbed", "time_unit": "us since trial t0"}
@@ -252,6 +256,48 @@ def _tcp_counters(tcp: list[dict[str, Any]], pids: dict[str, int]) -> list[dict[
     return out
 
 
+def _cross_tracks(cross: list[dict[str, Any]], pids: dict[str, int]) -> list[dict[str, Any]]:
+    """Cross traffic: per flow a counter of its delivered rate (Mbit/s, between consecutive sink
+    reports) on the receiving endpoint, and each short flow as a slice (its completion time) on the
+    sending one, in lanes so that concurrent flows never overlap on one track."""
+    out: list[dict[str, Any]] = []
+    last: dict[str, tuple[int, int]] = {}
+    for r in sorted(cross, key=lambda r: r["ts"]):
+        node, flow = str(r.get("node")), str(r.get("flow"))
+        if node not in pids:
+            continue
+        if r.get("kind") == "rx" and isinstance(r.get("bytes"), (int, float)):
+            prev = last.get(flow)
+            last[flow] = (r["ts"], r["bytes"])
+            if prev is not None and r["ts"] > prev[0]:
+                mbps = (r["bytes"] - prev[1]) * 8 / ((r["ts"] - prev[0]) / 1e9) / 1e6
+                out.append({"name": f"cross {flow} delivered", "ph": "C", "ts": _us(r["ts"]), "pid": pids[node],
+                            "args": {"Mbit_s": round(mbps, 3)}})
+    shorts: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in cross:
+        if (r.get("kind") == "short" and str(r.get("node")) in pids and _is_ns(r.get("start"))
+                and isinstance(r.get("fct_s"), (int, float)) and r["fct_s"] >= 0):
+            shorts[(str(r["node"]), str(r.get("flow")))].append(
+                {"ts": r["start"], "dur": r["fct_s"] * 1e9, "bytes": r.get("bytes"), "n": r.get("n")})
+    tid = 1000  # above the span tracks' tids of the same process (endpoints have no spans)
+    for (node, flow), recs in sorted(shorts.items()):
+        lanes = _assign_lanes(recs)
+        base = tid
+        for lane in sorted(set(lanes)):
+            out.append(_meta("thread_name", pids[node], base + lane, {"name": f"cross {flow} short flows"
+                                                                      + (f" #{lane + 1}" if lane else "")}))
+        for rec, lane in zip(recs, lanes, strict=True):
+            out.append({"name": f"{flow} short flow", "cat": "cross", "ph": "X", "ts": _us(rec["ts"]),
+                        "dur": _us(rec["dur"]), "pid": pids[node], "tid": base + lane,
+                        "args": {"bytes": rec["bytes"], "n": rec["n"]}})
+        tid = base + max(lanes) + 1
+    return out
+
+
+def _is_ns(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def write_trace(obj: dict[str, Any], out_dir: Path,
                 gzip_threshold: int = GZIP_THRESHOLD_BYTES) -> Path:
     """Write ``trace.json`` or, when larger than ``gzip_threshold``, ``trace.json.gz``.
@@ -281,12 +327,13 @@ def merge_trial(trial_dir: Path, gzip_threshold: int = GZIP_THRESHOLD_BYTES
                 ) -> tuple[Path | None, list[str]]:
     """Build and write a trial's trace; returns (path or None, problems found in its records)."""
     tr = read_trial(Path(trial_dir))
-    if not tr.spans and not tr.links and not tr.procs and not tr.tcp:
+    if not tr.spans and not tr.links and not tr.procs and not tr.tcp and not tr.cross:
         return None, tr.problems + ["trace: nothing to merge (no spans, no samples)"]
     offsets = tr.manifest.get("clock_offsets_ns")
     obj = build_trace(tr.spans, tr.links, tr.procs,
                       metadata={"trial": tr.name, "scheme": tr.scheme},
-                      clock_offsets_ns=offsets if isinstance(offsets, dict) else None, tcp=tr.tcp)
+                      clock_offsets_ns=offsets if isinstance(offsets, dict) else None, tcp=tr.tcp,
+                      cross=tr.cross)
     problems = list(tr.problems)
     problems += [f"trace: {p}" for p in validate_trace(obj)]
     return write_trace(obj, Path(trial_dir), gzip_threshold), problems

@@ -38,6 +38,7 @@ from traffic_control.fields import Duration, SpecModel, unit_field, validate
 from traffic_control.profiles import DiurnalSpec, NetstormSpec, ScheduleSpec
 
 from ..network.addressing import plan_network
+from ..network.cross_traffic import CrossFlowSpec, parse_cross_traffic
 from ..network.emulation import IMPAIRMENTS
 from .lr_search import LrSearch, LrSearchSpec, parse_lr_search
 
@@ -85,6 +86,8 @@ class ExperimentSpec:
     sweep_point: dict[str, Any] = field(default_factory=dict)
     #: the per-scheme lr search run before the trials (None: none asked for)
     lr_search: LrSearch | None = None
+    #: background flows sharing the WAN during every trial (testbed.network.cross_traffic.CrossFlow)
+    cross_traffic: list[Any] = field(default_factory=list)
 
     @property
     def spec_hash(self) -> str:
@@ -186,6 +189,9 @@ class ExperimentSpecModel(SpecModel):
     time-varying profile (traffic_control.profiles: netstorm, diurnal)"""
     lr_search: LrSearchSpec | None = unit_field(None, fix="e.g. lr_search: {values: {low: 0.01, high: 1, count: 5}}")
     """per-scheme learning-rate search on a separate seed before the trials (README "Learning rates")"""
+    cross_traffic: list[CrossFlowSpec] | None = unit_field(
+        None, fix="e.g. cross_traffic: [{from: a, to: b, pattern: constant, rate: 20Mbit}]")
+    """background flows sharing the WAN during every trial (README "Cross traffic")"""
 
 
 KEYS = tuple(ExperimentSpecModel.model_fields)
@@ -234,6 +240,7 @@ def parse_experiment(data: Any, source: str = "") -> ExperimentSpec:
             spec.schedule = load_schedule(sched)
         except ValidationError as e:
             raise e.under("schedule") from None
+    spec.cross_traffic = parse_cross_traffic(data.get("cross_traffic"), topo.dc_names)
     if spec.schedule:
         from ..network.emulation import Impairment, check_schedule
 

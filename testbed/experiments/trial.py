@@ -137,6 +137,7 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
     procs: list[ProcInfo] = []
     samplers = None
     player = None
+    cross = None
     cpu = None
     t_start = time.monotonic()
     try:
@@ -180,6 +181,10 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
                 samplers.add_process(ProcTarget(p.pid, job.host, job.role, job.rank))
             return p
 
+        if spec.cross_traffic:  # background flows on the WAN, from t0 (each flow's start after it)
+            from ..network.cross_traffic import CrossTraffic
+
+            cross = CrossTraffic(net, spec.cross_traffic, trial_dir, t0_ns=t0, seed=training["seed"], log=say).start()
         player = net.play(spec.schedule) if spec.schedule else None
         spans = {job.name: events_path(trial_dir, job.host, job.role, job.rank) for job, _ in order}
         pids = {}
@@ -236,7 +241,7 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
     finally:
         with interrupts_deferred(say):  # a second Ctrl-C must not leave the network up
             _finish(manifest, result, procs, player, net, samplers, cpu, trial_dir, t_start, spec, say,
-                    merge_trial)
+                    merge_trial, cross)
     result.last = _tail_metrics(trial_dir)
     return result
 
@@ -244,14 +249,18 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
 def faithfulness(manifest: dict[str, Any]) -> list[str]:
     """Why a trial's network or machine was not what its figures assume (empty: faithful).
 
-    The self-test before training (``testbed.network.selftest``) and the CPU
-    saturation during it (``testbed.collect.saturation``); a trial without a
+    The self-test before training (``testbed.network.selftest``), cross traffic that failed
+    (a flow the spec asked for did not run), and the CPU saturation during it
+    (``testbed.collect.saturation``); a trial without a
     self-test record (it never got that far) is not called unfaithful for it.
     """
     out = []
     st = manifest.get("selftest")
     if isinstance(st, dict):
         out += [f"self-test: {p}" for p in st.get("problems") or []]
+    ct = manifest.get("cross_traffic")
+    if isinstance(ct, dict):  # background flows the spec asked for that did not run
+        out += [f"cross traffic: {e}" for e in ([ct["error"]] if ct.get("error") else ct.get("errors") or [])]
     sat = manifest.get("cpu_saturation")
     if isinstance(sat, dict):
         out += [f"CPU saturated: {r}" for r in sat.get("saturated") or []]
@@ -298,10 +307,15 @@ def interrupts_deferred(say: Callable[[str], None]) -> Iterator[None]:
 
 def _finish(manifest: dict[str, Any], result: TrialResult, procs: list[ProcInfo], player: Any, net: Any,
             samplers: Any, cpu: CpuSaturation | None, trial_dir: Path, t_start: float, spec: ExperimentSpec,
-            say: Callable[[str], None], merge_trial: Callable[..., Any]) -> None:
-    """The trial's teardown and records: processes, schedule, daemons' health, samplers, network,
-    manifest, trace (every step guarded: a failing one never skips the later ones)."""
+            say: Callable[[str], None], merge_trial: Callable[..., Any], cross: Any = None) -> None:
+    """The trial's teardown and records: processes, cross traffic, schedule, daemons' health, samplers,
+    network, manifest, trace (every step guarded: a failing one never skips the later ones)."""
     _stop_all(procs)
+    if cross is not None:
+        try:
+            manifest["cross_traffic"] = cross.stop()
+        except Exception as e:  # never lose the manifest over the background flows
+            manifest["cross_traffic"] = {"error": f"{type(e).__name__}: {e}"}
     if cpu is not None:
         manifest["cpu_saturation"] = cpu.stop()
     if player is not None:

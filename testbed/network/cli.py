@@ -1,4 +1,4 @@
-"""``testbed net up|down|show|set|exec|verify``, ``testbed topo`` and ``testbed clean``.
+"""``testbed net up|down|show|set|exec|verify|cross``, ``testbed topo`` and ``testbed clean``.
 
 A network brought up with ``net up`` belongs to no process: it stays up,
 with its delays, after the command returns, until ``net down`` (or
@@ -350,6 +350,39 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_cross(args: argparse.Namespace) -> int:
+    """Background flows on the running network for a while; per-flow summary, records under --out."""
+    import time
+
+    from .cross_traffic import CrossTraffic, format_summary, load_cross_traffic
+
+    duration = parse_time(args.duration, "--duration")
+    if not duration > 0:
+        raise ValidationError("--duration", f"must be positive, got {args.duration}", "e.g. --duration 30s")
+    if not load_cross_traffic(args.file, None):  # the file's own mistakes first, network or not
+        raise ValidationError(args.file, "no flows listed", "list at least one flow under cross_traffic:")
+    rec = state.read()
+    if rec is None or not cleanup.owned_netns():
+        _say("error: no testbed network is up (start one with `testbed net up TOPOLOGY`)")
+        return 1
+    net = EmulatedNetwork.attach(log=_say)
+    flows = load_cross_traffic(args.file, net.topo.dc_names)
+    out = Path(args.out or f"cross-traffic/{time.strftime('%Y%m%d-%H%M%S')}")
+    cross = CrossTraffic(net, flows, out, seed=args.seed, log=_say)
+    longest = max(f.start_s + (f.duration_s or duration) for f in flows)
+    cross.start()
+    _say(f"cross traffic running for {format_time(min(duration, longest))} (Ctrl-C stops it early); records in {out}")
+    try:
+        time.sleep(min(duration, longest))
+    except KeyboardInterrupt:
+        _say("stopping")
+    finally:
+        summary = cross.stop()
+    (out / "cross_traffic.json").write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
+    return 1 if summary["errors"] else 0
+
+
 def cmd_topo(args: argparse.Namespace) -> int:
     topo = load(args.spec, scale=args.scale)
     print(dump(topo, "json" if args.json else "yaml"))
@@ -476,6 +509,20 @@ def register(sub: Any) -> None:
                           "UDP packet train per direction (rate within 0.97-1.03 of the spec); seconds, "
                           "not minutes")
     ver.set_defaults(func=cmd_verify)
+    cr = nsub.add_parser("cross", help="run background flows (constant, on/off, short flows) over the running "
+                                       "network's WAN for a while and report what each got",
+                         description="Start the flows of FILE (a YAML file with a cross_traffic: list, as in an "
+                                     "experiment spec; README 'Cross traffic') on the network `net up` left "
+                                     "running, from an extra endpoint per DC (<dc>-xt), for --duration; then print "
+                                     "each flow's goodput while sending and its short flows' completion times. "
+                                     "Records: samples/cross.jsonl and cross_traffic.json under --out. Meanwhile "
+                                     "measure whatever you study from another shell (`testbed net exec`).")
+    cr.add_argument("file", help="YAML file: cross_traffic: [{from: a, to: b, pattern: constant, rate: 20Mbit}, ...]")
+    cr.add_argument("--duration", default="30s", help="how long to run (default 30s; flows may end sooner)")
+    cr.add_argument("--out", default=None, help="records directory (default cross-traffic/<date-time>)")
+    cr.add_argument("--seed", type=int, default=1, help="seed of the short flows' arrival times (default 1)")
+    cr.add_argument("--json", action="store_true", help="print the summary as JSON")
+    cr.set_defaults(func=cmd_cross)
     topo = sub.add_parser("topo", help="validate a topology and print it normalised (YAML, or --json)")
     topo.add_argument("spec")
     topo.add_argument("--scale", type=float, default=None)

@@ -49,16 +49,16 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from ipaddress import IPv4Network
 from typing import Any
 
-from pyroute2 import NetNS, netns
+from pyroute2 import NetNS
 
 from traffic_control.shape import DEFAULT_MTU, tcp_payload_fraction
 
 from . import naming
 from .addressing import WanPlan
-from .emulation import EmulatedNetwork, tcp_mem
+from .emulation import EmulatedNetwork
+from .endpoints import add_endpoint, endpoint_ip, remove_endpoint
 from .measure import PingResult, iperf3, ping
 
 RTT_ABS_TOL_S = 1e-3
@@ -69,6 +69,8 @@ RTT_REL_TOL = 0.05
 GOODPUT_MIN_RATIO = 0.97
 #: Host part of a temporary probe endpoint's address on its DC's LAN (hosts .1-.64, PS .200, router .254).
 PROBE_HOST = 250
+#: The OVS port number of a probe endpoint's root-side veth (switch: ovs only).
+PROBE_OVS_PORT = 99
 
 
 @dataclass
@@ -377,74 +379,16 @@ def _pin(net: EmulatedNetwork, router: str, ip: str, via: str) -> tuple[str, str
 
 
 def probe_ip(net: EmulatedNetwork, dc: str) -> str:
-    return str(IPv4Network(net.plan.lan_cidr(dc)).network_address + PROBE_HOST)
+    return endpoint_ip(net, dc, PROBE_HOST)
 
 
 def add_probe(net: EmulatedNetwork, dc: str) -> str:
-    """A temporary endpoint on ``dc``'s LAN: namespace, veth to the DC switch, address, default route."""
-    import subprocess
-
-    name = naming.probe_name(dc)
-    ns_name = naming.netns_name(name)
-    sw = next(s for s in net.plan.switches if s.dc == dc)
-    gw = net.plan.router(dc).ip
-    netns.create(ns_name)
-    try:
-        with NetNS(ns_name) as ns:
-            ns.link("set", index=ns.link_lookup(ifname="lo")[0], state="up")
-        if sw.netns is not None:
-            with NetNS(sw.netns) as s:
-                s.link("add", ifname=name, kind="veth", peer={"ifname": naming.HOST_IFNAME, "net_ns_fd": ns_name})
-                s.link("set", index=s.link_lookup(ifname=name)[0],
-                       master=s.link_lookup(ifname=sw.bridge)[0], state="up")
-        else:  # OVS: the port is in the root namespace
-            from pyroute2 import IPRoute
-
-            from . import ovs as ovsctl
-
-            port = naming.port_name(dc, 99)
-            with IPRoute() as root:
-                root.link("add", ifname=port, kind="veth", peer={"ifname": naming.HOST_IFNAME, "net_ns_fd": ns_name})
-                ovsctl.add_port(sw.bridge, port)
-                root.link("set", index=root.link_lookup(ifname=port)[0], state="up")
-        with NetNS(ns_name) as ns:
-            idx = ns.link_lookup(ifname=naming.HOST_IFNAME)[0]
-            ns.addr("add", index=idx, address=probe_ip(net, dc), prefixlen=24)
-            if not net.topo.gso:  # it sends like the hosts: wire-sized packets
-                from traffic_control.shape import WIRE_GSO_SEGS
-
-                ns.link("set", index=idx, gso_max_segs=WIRE_GSO_SEGS)
-            ns.link("set", index=idx, state="up")
-            ns.route("replace", dst="0.0.0.0/0", gateway=gw)
-        d = net.topo.dc(dc)  # the probe's transport is its DC's hosts'
-        subprocess.run(["ip", "netns", "exec", ns_name, "sysctl", "-qw", f"net.ipv4.tcp_rmem={tcp_mem(d.receive_buffer)}",
-                        f"net.ipv4.tcp_wmem={tcp_mem(d.send_buffer)}", "net.ipv4.tcp_slow_start_after_idle=0",
-                        f"net.ipv4.tcp_congestion_control={d.congestion_control}"],
-                       check=False, capture_output=True, timeout=10)
-    except BaseException:
-        remove_probe(name)
-        raise
-    return name
+    """A temporary measurement endpoint on ``dc``'s LAN (unshaped: its own NIC, as a probe host's)."""
+    return add_endpoint(net, dc, naming.probe_name(dc), PROBE_HOST, PROBE_OVS_PORT)
 
 
 def remove_probe(name: str) -> None:
-    """Remove a probe endpoint (its veth goes with its namespace)."""
-    from pyroute2 import IPRoute
-
-    from .cleanup import kill_in_netns
-
-    ns_name = naming.netns_name(name)
-    kill_in_netns(ns_name)
-    try:
-        netns.remove(ns_name)
-    except OSError:
-        pass
-    with IPRoute() as root:  # an OVS probe's root-side port, if any
-        for idx in root.link_lookup(ifname=naming.port_name(name.rsplit("-", 1)[0], 99)):
-            try:
-                root.link("del", index=idx)
-            except Exception:
-                pass
+    remove_endpoint(name, PROBE_OVS_PORT)
 
 
 def format_table(checks: list[Check]) -> str:

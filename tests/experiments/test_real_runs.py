@@ -151,3 +151,36 @@ def test_a_schedule_event_that_cannot_be_applied_fails_the_trial(tmp_path: Path)
     assert m["status"] == "failed" and m["schedule"]["errors"]
     assert trial.wall_s < 60, "stopped on the fault, not at the timeout"
     assert leftovers() == {}, "network torn down"
+
+
+def test_a_trial_runs_its_cross_traffic_and_records_it(tmp_path: Path) -> None:
+    """`testbed run` (a separate process) with a cross_traffic section: the flows run beside training,
+    their records land in the trial (samples, manifest summary, trace tracks), and nothing is left."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    raw = _spec([{"label": "bsp", "scheme": {"name": "bsp"}}], stop={"steps": 40})
+    raw["cross_traffic"] = [{"from": "a", "to": "b", "pattern": "constant", "rate": "10Mbit", "protocol": "udp"},
+                            {"from": "b", "to": "a", "pattern": "short_flows", "size": "20KB", "arrival_rate": 5}]
+    spec = tmp_path / "exp.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(spec), "--results", str(tmp_path / "res"),
+                        "--json"], capture_output=True, text=True, timeout=400,
+                       cwd=str(Path(__file__).resolve().parents[2]))
+    assert r.returncode == 0, r.stderr[-3000:]
+    trial = next((Path(json.loads(r.stdout)["results"]) / "trials").iterdir())
+    m = json.loads((trial / "manifest.json").read_text())
+    ct = m["cross_traffic"]
+    udp, short = ct["flows"]
+    print(f"UDP {udp['goodput_bps'] / 1e6:.2f} Mbit/s over {udp['active_s']} s; short flows {short['short']}")
+    assert ct["errors"] == [] and m["status"] == "ok"
+    assert udp["active_s"] > 1 and udp["goodput_bps"] >= 0.8 * 10e6 * 1468 / 1500
+    assert short["short"]["completed"] >= 1 and short["short"]["fct_p50_s"] >= 2 * 0.010  # the path's 10 ms RTT
+    assert (trial / "samples" / "cross.jsonl").stat().st_size > 0
+    tr = load_trace(next(trial.glob("trace.json*")))
+    names = {e.get("name") for e in tr["traceEvents"]}
+    assert "cross x0 delivered" in names and "x1 short flow" in names
+    assert validate_trace(tr) == []
+    assert leftovers() == {}, leftovers()

@@ -67,6 +67,7 @@ EXPERIMENT = {
     # tests/unit/test_profiles.py)
     "schedule": {"profile": "diurnal", "period": "60s", "low": 0.5, "step": "10s", "duration": "30s",
                  "phase_per_link": "5s", "links": ["a-b"]},
+    "cross_traffic": [{"from": "a", "to": "b", "pattern": "constant", "rate": "1Mbit", "label": "bg"}],
 }
 # parameters that a variant needs to be valid at all (pgcs needs the experts workload)
 VARIANT_NEEDS: dict[tuple[str, str], dict[str, Any]] = {
