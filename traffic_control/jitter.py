@@ -2,8 +2,10 @@
 
 Definition (README "Jitter, defined"): a direction with one-way delay ``D``,
 jitter ``J`` and a distribution (``uniform``: ``X ~ U[-J, J]``, standard
-deviation ``J/sqrt(3)``; ``normal``: ``X ~ N(0, J)``) delays its packets as
-follows.
+deviation ``J/sqrt(3)``; ``normal``, ``pareto``, ``paretonormal``: ``X = J t``
+with ``t`` a random entry of the distribution's table, mean 0 and sd 1,
+:mod:`traffic_control.delay_dist`, the same table netem is given) delays its
+packets as follows.
 
 * **Order kept** (``reorder: false``, the default).  Time is cut into
   intervals of ``tau`` (:func:`interval_s`: ``jitter_interval`` when given,
@@ -40,8 +42,10 @@ import math
 import random
 from dataclasses import dataclass
 
-#: Jitter distributions of the delay process.
-DISTRIBUTIONS = ("uniform", "normal")
+from . import delay_dist
+
+#: Jitter distributions of the delay process (all but uniform are tables: traffic_control.delay_dist).
+DISTRIBUTIONS = delay_dist.DISTRIBUTIONS
 #: Default interval between delay draws, in units of the jitter.
 INTERVAL_PER_JITTER = 10.0
 #: Shortest interval (s): a faster process would cost the netem driver a netlink change per packet.
@@ -75,8 +79,10 @@ class DelayProcess:
         """One delay from ``rng``: ``max(0, D + X)``."""
         if not self.jitter_s:
             return self.delay_s
-        x = rng.gauss(0.0, self.jitter_s) if self.distribution == "normal" else rng.uniform(-self.jitter_s,
-                                                                                          self.jitter_s)
+        if self.distribution == "uniform":
+            x = rng.uniform(-self.jitter_s, self.jitter_s)
+        else:  # an entry of the table netem draws from, uniformly (netem: rnd % size)
+            x = delay_dist.draw(self.distribution, self.jitter_s, rng.randrange(delay_dist.SIZE))
         return max(0.0, self.delay_s + x)
 
     def value(self, k: int) -> float:
@@ -102,14 +108,9 @@ def defined_stats(delay_s: float, jitter_s: float, distribution: str = "uniform"
         m1 = hi * hi / (4 * jitter_s)
         m2 = hi ** 3 / (6 * jitter_s)
         return m1, math.sqrt(max(0.0, m2 - m1 * m1))
-    if distribution == "normal":
-        # E and Var of max(0, Y), Y ~ N(D, J)
-        a = delay_s / jitter_s
-        pdf = math.exp(-a * a / 2) / math.sqrt(2 * math.pi)
-        cdf = 0.5 * (1 + math.erf(a / math.sqrt(2)))
-        m1 = delay_s * cdf + jitter_s * pdf
-        m2 = (delay_s * delay_s + jitter_s * jitter_s) * cdf + delay_s * jitter_s * pdf
-        return m1, math.sqrt(max(0.0, m2 - m1 * m1))
+    if distribution in delay_dist.TABLE_DISTRIBUTIONS:  # exact over the table both backends draw from
+        mean, sd, _ = delay_dist.table_stats(distribution, delay_s, jitter_s)
+        return mean, sd
     raise ValueError(f"unknown jitter distribution {distribution!r}")
 
 
@@ -123,7 +124,7 @@ def ordering_excess_s(jitter_s: float, interval: float, distribution: str = "uni
     """
     if not jitter_s:
         return 0.0
-    var = jitter_s ** 2 / 3 if distribution == "uniform" else jitter_s ** 2
+    var = jitter_s ** 2 / 3 if distribution == "uniform" else jitter_s ** 2  # tables: sd 1 by construction
     return var / (2 * interval)
 
 

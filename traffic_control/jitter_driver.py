@@ -63,7 +63,7 @@ class Leaf:
     k: int | None = None
 
     def __post_init__(self) -> None:
-        self.process = DelayProcess(self.shape.delay_s, self.shape.jitter_s, "uniform", self.seed,
+        self.process = DelayProcess(self.shape.delay_s, self.shape.jitter_s, self.shape.jitter_distribution, self.seed,
                                     interval_s(self.shape.jitter_s, self.shape.jitter_interval_s))
 
     @property
@@ -82,7 +82,8 @@ class Leaf:
         if self.qdisc_seed is not None:
             seed = int.from_bytes(hashlib.blake2b(f"{self.qdisc_seed}:{k}".encode(), digest_size=8).digest(), "big")
         # the queue limit stays the one derived from the spec's delay + jitter (not this interval's delay)
-        at_k = self.shape.with_changes(delay_s=self.process.value(k), jitter_s=0.0, limit=self.shape.netem_limit)
+        at_k = self.shape.with_changes(delay_s=self.process.value(k), jitter_s=0.0, jitter_distribution="uniform",
+                                       limit=self.shape.netem_limit)
         return leaf_op(at_k, "change", True, seed, keep_order=True)
 
     @classmethod

@@ -19,6 +19,11 @@ parameters the testbed uses:
   netem to independent loss, so a link leaves the model by omitting it.
 * ``rate`` above 2^32 - 1 bytes/s (34.4 Gbit/s): ``TCA_NETEM_RATE64``
   beside the saturated 32-bit one, as the kernel reads it.
+* ``delay_dist``: ``TCA_NETEM_DELAY_DIST``, a jitter distribution's table
+  (:mod:`traffic_control.delay_dist`: the same table the userspace backend
+  draws from) as netem's array of s16.  netem keeps a table a ``change``
+  does not send, and never dumps it: the distribution is fixed when the leaf
+  is built, and ``net verify --delays`` measures it.
 * ``corrupt``: ``TCA_NETEM_CORRUPT`` sent on every request, 0 included:
   the kernel keeps a corruption probability a ``change`` does not send, so
   clearing it needs an explicit 0 (pyroute2 sends the attribute only when
@@ -43,7 +48,7 @@ from pyroute2.netlink.rtnl.tcmsg import sched_netem
 NLA_MAP = (
     ("TCA_NETEM_UNSPEC", "none"),
     ("TCA_NETEM_CORR", "netem_corr"),
-    ("TCA_NETEM_DELAY_DIST", "none"),
+    ("TCA_NETEM_DELAY_DIST", "cdata"),
     ("TCA_NETEM_REORDER", "netem_reorder"),
     ("TCA_NETEM_CORRUPT", "netem_corrupt"),
     ("TCA_NETEM_LOSS", "netem_loss"),
@@ -118,6 +123,11 @@ def _get_parameters(kwarg: dict[str, Any]) -> dict[str, Any]:
     ge = kwarg.get("gemodel")
     if ge is not None:
         opts["attrs"].append(gemodel_attr(*ge))
+    dist = kwarg.get("delay_dist")
+    if dist is not None:  # the testbed's table (traffic_control.delay_dist) as netem's s16 array
+        from .delay_dist import table_bytes
+
+        opts["attrs"].append(["TCA_NETEM_DELAY_DIST", table_bytes(dist)])
     seed = kwarg.get("prng_seed")
     if seed is not None:
         opts["attrs"].append(["TCA_NETEM_PRNG_SEED", int(seed) & (2**64 - 1)])
@@ -125,7 +135,7 @@ def _get_parameters(kwarg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fix_request(request: Any) -> None:
-    for key in ("rate", "prng_seed", "gemodel", "corrupt"):
+    for key in ("rate", "prng_seed", "gemodel", "corrupt", "delay_dist"):
         if key in request:
             del request[key]
 

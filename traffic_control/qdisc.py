@@ -106,6 +106,10 @@ def leaf_op(shape: LinkShape, command: str, netem: bool | None, seed: int | None
         argv: list[str] = ["delay", f"{_us(shape.delay_s)}us"]
         if shape.jitter_s:
             argv += [f"{_us(shape.jitter_s)}us"]
+            if shape.jitter_distribution != "uniform":
+                # the testbed's own table (traffic_control.delay_dist), not iproute2's file of the same name
+                params["delay_dist"] = shape.jitter_distribution
+                argv += ["distribution", shape.jitter_distribution]
         if shape.loss_pct:
             argv += ["loss", f"{shape.loss_pct:g}%"]
         if shape.gilbert_elliott:

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, model_validator
 
+from .delay_dist import DISTRIBUTIONS
 from .errors import ValidationError
 from .fields import Duration, Packets, Percent, Rate, SpecModel, unit_field, validate
 from .units import format_rate, format_time
@@ -64,8 +65,8 @@ def order_keeping_rate_bps(link_rate_bps: float | None) -> float:
 #: Longest delay + jitter a packet may be held (s).  netem's delay travels in 32-bit scheduler
 #: ticks (15.625 ticks per microsecond: at most about 274 s); the userspace backend holds at most 60 s.
 MAX_DELAY_S = 60.0
-#: Jitter distributions netem offers without a distribution table.
-JITTER_DISTRIBUTIONS = ("uniform",)
+#: Jitter distributions (traffic_control.delay_dist): uniform, or a table both backends draw from.
+JITTER_DISTRIBUTIONS = DISTRIBUTIONS
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,8 @@ class LinkShape:
     burst_time_s: float = 0.001
     headroom: float = 2.0
     jitter_interval_s: float | None = None
+    #: how the jittered delay is distributed: uniform within delay +- jitter, or a table (jitter = its sd)
+    jitter_distribution: str = "uniform"
     duplicate_pct: float = 0.0
     corrupt_pct: float = 0.0
     #: Gilbert-Elliott loss: P(good -> bad) per packet; 0 = no Gilbert-Elliott model (``loss_pct`` applies)
@@ -133,6 +136,12 @@ class LinkShape:
             raise ValidationError(at("delay"), f"delay + jitter {format_time(self.delay_s + self.jitter_s)} is more "
                                   f"than {format_time(MAX_DELAY_S)}", "delays are one way, e.g. '20ms'; "
                                   f"both backends hold a packet at most {format_time(MAX_DELAY_S)}")
+        if self.jitter_distribution not in DISTRIBUTIONS:
+            raise ValidationError(at("distribution"), f"unknown distribution {self.jitter_distribution!r}",
+                                  f"use one of: {', '.join(DISTRIBUTIONS)}")
+        if self.jitter_distribution != "uniform" and not self.jitter_s:
+            raise ValidationError(at("distribution"), f"distribution {self.jitter_distribution} without jitter",
+                                  "give a jitter too (for this distribution it is the standard deviation)")
         if self.jitter_s > self.delay_s:
             raise ValidationError(at("jitter"), f"jitter {format_time(self.jitter_s)} exceeds delay "
                                   f"{format_time(self.delay_s)}", "keep jitter <= delay")
@@ -261,6 +270,8 @@ class LinkShape:
                 out[k[:-4]] = f"{v:g}%"
             elif k == "rate_bps":
                 out["rate"] = format_rate(v)
+            elif k == "jitter_distribution":
+                out["distribution"] = v
             elif k in ("delay_s", "jitter_s", "burst_time_s", "jitter_interval_s"):
                 out[k[:-2]] = format_time(v)
             elif k == "loss_pct":
@@ -279,7 +290,8 @@ class LinkShape:
         if self.delay_s:
             parts.append(f"delay {format_time(self.delay_s)}")
         if self.jitter_s:
-            parts.append(f"jitter {format_time(self.jitter_s)}{'' if self.reorder else ' (in order)'}")
+            dist = "" if self.jitter_distribution == "uniform" else f" {self.jitter_distribution}"
+            parts.append(f"jitter {format_time(self.jitter_s)}{dist}{'' if self.reorder else ' (in order)'}")
         if self.loss_pct:
             parts.append(f"loss {self.loss_pct:g}%")
         if self.gilbert_elliott:
@@ -341,7 +353,11 @@ class ShapeSpec(SpecModel):
     rtt: WanTime | None = unit_field(fix="e.g. rtt: 40ms (one-way = rtt / 2); give delay or rtt, not both")
     """round-trip time; the one-way delay is half of it"""
     jitter: WanTime | None = unit_field(fix="e.g. jitter: 2ms")
-    """delay variation: uniform within delay +- jitter (README "Jitter, defined")"""
+    """delay variation: uniform within delay +- jitter, or the distribution's sd (README "Jitter, defined")"""
+    distribution: Literal["uniform", "normal", "pareto", "paretonormal"] | None = unit_field(
+        fix="one of: uniform, normal, pareto, paretonormal")
+    """how the jittered delay is distributed (default uniform within delay +- jitter); normal, pareto,
+    paretonormal: jitter is the standard deviation (traffic_control/delay_dist.py, both backends)"""
     jitter_interval: Duration | None = unit_field(fix="e.g. jitter_interval: 40ms")
     """with order kept, how long one jitter draw holds (default 10 x jitter, at least 1 ms)"""
     loss: Percent | None = unit_field(fix="e.g. loss: 0.1%")
@@ -389,6 +405,9 @@ def shape_kwargs(given: dict[str, Any]) -> dict[str, Any]:
             kw["delay_s"] = value / 2
         elif key in ("jitter", "burst_time", "jitter_interval"):
             kw[f"{key}_s"] = value
+        elif key == "distribution":
+            if value is not None:
+                kw["jitter_distribution"] = value
         elif key == "loss":
             kw["loss_pct"] = value
         elif key in ("duplicate", "corrupt"):

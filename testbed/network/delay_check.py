@@ -35,10 +35,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from traffic_control.delay_dist import TABLE_DISTRIBUTIONS, table_stats
 from traffic_control.jitter import expected_stats, interval_s
 from traffic_control.shape import LinkShape
 
 from .measure import receiver_then_sender
+from .owd_train import TRIM
 from .verify import Check
 
 SCRIPT = str(Path(__file__).with_name("owd_train.py"))
@@ -133,10 +135,19 @@ def run_train(net: Any, s_node: str, d_node: str, d_ip: str, count: int, spacing
 
 
 def checks_for(subject: str, shape: LinkShape, sent: dict[str, Any], got: dict[str, Any],
-               distribution: str = "uniform") -> list[Check]:
-    """The rows of one direction from a train's results (pure: unit-tested without a network)."""
+               distribution: str | None = None) -> list[Check]:
+    """The rows of one direction from a train's results (pure: unit-tested without a network).
+
+    ``distribution``: the jitter's (default: the shape's own).  For a table distribution the
+    expected sd is that of the table's central 99 %, as the train reports it (a pareto's clipped
+    tail is 2 % of its table), and the expected p99 is the table's.
+    """
+    distribution = distribution or shape.jitter_distribution
     mean_exp, sd_exp = expected_stats(shape.delay_s, shape.jitter_s, distribution, reorder=shape.reorder,
                                       interval=shape.jitter_interval_s)
+    p99_exp = shape.delay_s + 0.98 * shape.jitter_s  # U[-J, J]'s 99th percentile
+    if shape.jitter_s and distribution in TABLE_DISTRIBUTIONS:
+        _, sd_exp, p99_exp = table_stats(distribution, shape.delay_s, shape.jitter_s, trim=TRIM)
     base = {"sent": sent.get("sent"), "received": got.get("received"), "spacing_s": SPACING_S,
             "jitter_interval_s": interval_s(shape.jitter_s, shape.jitter_interval_s) if shape.jitter_s else None}
     mean, sd = got.get("mean_s"), got.get("sd_s")
@@ -154,7 +165,7 @@ def checks_for(subject: str, shape: LinkShape, sent: dict[str, Any], got: dict[s
     out.append(Check("delay_sd", subject, sd_exp, sd, "s", SD_TOLERANCE + " (central 99 % of the datagrams)",
                      "pass" if ok else "fail",
                      {**base, "distribution": distribution if shape.jitter_s else None, "sd_all_s": got.get("sd_all_s")}))
-    out.append(Check("delay_p99", subject, None, got.get("p99_s"), "s", "reported, no bar", "info",
+    out.append(Check("delay_p99", subject, p99_exp, got.get("p99_s"), "s", "reported, no bar", "info",
                      {**base, "max_s": got.get("max_s")}))
     n = int(sent.get("sent") or 0)
     lost = n - int(got.get("unique") or 0)
@@ -174,7 +185,7 @@ def checks_for(subject: str, shape: LinkShape, sent: dict[str, Any], got: dict[s
 
 
 def direction_checks(net: Any, subject: str, s_node: str, d_node: str, d_ip: str, shape: LinkShape,
-                     distribution: str = "uniform") -> list[Check]:
+                     distribution: str | None = None) -> list[Check]:
     """Run the train over one direction and compare it with ``shape``."""
     count = int(train_seconds(shape) / SPACING_S)
     sent, got = run_train(net, s_node, d_node, d_ip, count, SPACING_S, shape.delay_s + shape.jitter_s)

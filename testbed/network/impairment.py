@@ -82,7 +82,8 @@ def to_impairment_shape(shape: LinkShape, seed: int = 0) -> Any:
     from traffic_control.userspace import ImpairmentShape
 
     refuse_payload_features(shape)
-    return ImpairmentShape(delay_s=shape.delay_s, jitter_s=shape.jitter_s, reorder=shape.reorder,
+    return ImpairmentShape(delay_s=shape.delay_s, jitter_s=shape.jitter_s, distribution=shape.jitter_distribution,
+                           reorder=shape.reorder,
                            loss_pct=shape.loss_pct, seed=seed, limit=shape.netem_limit,
                            interval_s=shape.jitter_interval_s, ge_p_pct=shape.ge_p_pct, ge_r_pct=shape.ge_r_pct,
                            ge_loss_bad_pct=shape.ge_loss_bad_pct, ge_loss_good_pct=shape.ge_loss_good_pct)

@@ -13,7 +13,9 @@ The network (one host in a, b, c; routers only in d, e, f)::
                        |--(100M, 10 ms +-4 ms, in order)--- d
                        |--(100M, 10 ms +-4 ms, reorder)---- e
                        |--(100M, 2 ms, 2 % loss b->f only)- f
-                       `--(100M, 2 ms, Gilbert-Elliott b->g)- g   (p 1 %, r 25 %: 3.85 % lost in runs of 4)
+                       |--(100M, 2 ms, Gilbert-Elliott b->g)- g   (p 1 %, r 25 %: 3.85 % lost in runs of 4)
+                       |--(100M, 10 ms, pareto sd 4 ms, in order, a draw per 20 ms)- h
+                       `--(100M, 10 ms, pareto sd 4 ms, reorder)-- i
 
 Tolerances: minimum RTT within the kernel-lab issue's bar (1 ms + 5 %, what
 ``testbed net verify`` checks; inside the lab with the emulated CPU's one-sided
@@ -50,7 +52,8 @@ PROBE = str(HERE / "udp_probe.py")
 SPEC = {
     "name": "netem_lab",
     "dcs": [{"name": "a", "hosts": 1}, {"name": "b", "hosts": 1}, {"name": "c", "hosts": 1},
-            {"name": "d", "hosts": 0}, {"name": "e", "hosts": 0}, {"name": "f", "hosts": 0}, {"name": "g", "hosts": 0}],
+            {"name": "d", "hosts": 0}, {"name": "e", "hosts": 0}, {"name": "f", "hosts": 0}, {"name": "g", "hosts": 0},
+            {"name": "h", "hosts": 0}, {"name": "i", "hosts": 0}],
     "links": [
         {"a": "a", "b": "b", "rate": "50Mbit", "delay": "20ms"},
         {"a": "b", "b": "c", "rate": "50Mbit", "forward": {"delay": "10ms"}, "reverse": {"delay": "30ms"}},
@@ -58,6 +61,10 @@ SPEC = {
         {"a": "b", "b": "e", "rate": "100Mbit", "delay": "10ms", "jitter": "4ms", "reorder": True},
         {"a": "b", "b": "f", "rate": "100Mbit", "delay": "2ms", "forward": {"loss": "2%"}},
         {"a": "b", "b": "g", "rate": "100Mbit", "delay": "2ms", "forward": {"gilbert_elliott": {"p": "1%", "r": "25%"}}},
+        {"a": "b", "b": "h", "rate": "100Mbit", "delay": "10ms", "jitter": "4ms", "distribution": "pareto",
+         "jitter_interval": "20ms"},
+        {"a": "b", "b": "i", "rate": "100Mbit", "delay": "10ms", "jitter": "4ms", "distribution": "pareto",
+         "reorder": True},
     ],
 }
 
@@ -289,6 +296,38 @@ def test_jitter_in_order_gives_bulk_traffic_the_defined_distribution(net):
     assert mean_exp - tol <= mean <= mean_exp + tol + (TCG_SLACK_S / 2 if IN_LAB else 0), rows["delay_mean"]
     assert rows["delay_sd"].status == "pass", rows["delay_sd"]
     assert rows["reordering"].status == "pass" and rows["loss"].status == "pass"
+
+
+@pytest.mark.parametrize("dc", ["h", "i"])
+def test_pareto_jitter_gives_the_tables_distribution(net, dc):
+    """distribution: pareto (traffic_control/delay_dist.py), order kept (h: the jitter driver or the daemon's
+    per-interval draws) and per packet (i: netem's own draws from the table sent in TCA_NETEM_DELAY_DIST, or the
+    daemon's).  Mean and sd within net verify's bars; and the shape: a long right tail (p99 at the table's 4 sd
+    clip, 26 ms; uniform +-4 ms never passes 14 ms) and a median below the mean (a symmetric draw has them equal).
+    In order, a 2 s train holds only 100 draws (8 % of the table lies past 1.5 sd, 4 % past 2.5 sd: the tail bar is
+    1.5 sd there, missed by chance with probability 0.92^100 = 0.02 %); per packet it holds 1000-2000."""
+    from testbed.network.delay_check import SPACING_S, checks_for, run_train, train_seconds
+
+    w = wan(net, "b", dc)
+    shape = w.forward if w.a == "b" else w.reverse
+    assert shape.jitter_distribution == "pareto"
+    spacing = 0.002 if IN_LAB else SPACING_S
+    count = int(train_seconds(shape) / spacing)
+    sent, got = run_train(net, router("b"), router(dc), peer_ip(net, "b", dc), count, spacing,
+                          shape.delay_s + 4 * shape.jitter_s)
+    rows = {c.kind: c for c in checks_for(f"b->{dc}", shape, sent, got)}
+    report(f"pareto b->{dc} ({'reorder' if shape.reorder else 'in order'})",
+           ", ".join(f"{k} {c.measured} (expected {c.expected}) {c.status}" for k, c in rows.items())
+           + f"; p50 {got['p50_s']}")
+    mean, mean_exp = rows["delay_mean"].measured, rows["delay_mean"].expected
+    k = rows["delay_mean"].extra["intervals"] or count
+    tol = 0.0005 + 0.05 * mean_exp + 3 * rows["delay_sd"].expected / math.sqrt(k)
+    assert mean_exp - tol <= mean <= mean_exp + tol + (TCG_SLACK_S / 2 if IN_LAB else 0), rows["delay_mean"]
+    assert rows["delay_sd"].status == "pass", rows["delay_sd"]
+    tail = 2.5 if shape.reorder else 1.5
+    assert got["p99_s"] >= shape.delay_s + tail * shape.jitter_s, f"p99 {got['p99_s']}: no pareto tail"
+    assert got["p50_s"] <= mean - 0.15 * shape.jitter_s, f"median {got['p50_s']} vs mean {mean}: not skewed"
+    assert rows["loss"].status == "pass"
 
 
 def test_jitter_keeps_order_unless_reorder_is_asked(net):

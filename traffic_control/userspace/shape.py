@@ -17,8 +17,8 @@ from ..errors import ValidationError
 from ..jitter import DISTRIBUTIONS as JITTER_DISTRIBUTIONS
 
 #: Jitter distributions the scheduler can draw from (:mod:`traffic_control.jitter`).  ``uniform``
-#: is netem's behaviour without a distribution table (delay +- jitter); ``normal`` uses jitter as
-#: the standard deviation, like netem's ``distribution normal``.
+#: is netem's behaviour without a distribution table (delay +- jitter); the others draw from the
+#: table netem is given (:mod:`traffic_control.delay_dist`), jitter being the standard deviation.
 DISTRIBUTIONS = JITTER_DISTRIBUTIONS
 
 #: Packets the kernel may hold for one queue when the caller gives no limit.

@@ -1,0 +1,119 @@
+"""Delay distributions: one table per distribution, the same for netem and the userspace backend.
+
+The tables must be what their docstring says (standardized, int16, the shapes named), the userspace
+draws must follow them, the netem request must carry them (TCA_NETEM_DELAY_DIST, through pyroute2's
+own encoder), and ``net verify``'s expected values must come from them.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import struct
+
+import pytest
+
+from testbed.network.delay_check import checks_for
+from traffic_control import delay_dist, netem_codec
+from traffic_control.errors import ValidationError
+from traffic_control.jitter import DelayProcess, defined_stats
+from traffic_control.qdisc import build_ops, leaf_op
+from traffic_control.shape import LinkShape
+from traffic_control.userspace import ImpairmentShape
+
+
+@pytest.mark.parametrize("name", delay_dist.TABLE_DISTRIBUTIONS)
+def test_tables_are_standardized_int16_arrays(name):
+    t = delay_dist.table(name)
+    assert len(t) == delay_dist.SIZE and all(isinstance(v, int) and -32767 <= v <= 32767 for v in t)
+    v = [x / delay_dist.SCALE for x in t]
+    assert abs(statistics.fmean(v)) < 2e-4
+    assert abs(statistics.pstdev(v) - 1) < 2e-4
+    assert list(t) == sorted(t)  # quantiles at increasing u
+    assert len(delay_dist.table_bytes(name)) == 2 * delay_dist.SIZE
+
+
+def test_the_shapes_differ_as_named():
+    skew = {}
+    for name in delay_dist.TABLE_DISTRIBUTIONS:
+        v = [x / delay_dist.SCALE for x in delay_dist.table(name)]
+        skew[name] = statistics.fmean(x ** 3 for x in v)
+        print(f"{name}: min {min(v):.3f} median {statistics.median(v):+.3f} max {max(v):.3f} skew {skew[name]:.2f}")
+    assert abs(skew["normal"]) < 0.01  # symmetric
+    assert skew["pareto"] > 2 and skew["paretonormal"] > 1.5  # heavy right tail
+    pareto = delay_dist.table("pareto")
+    assert min(pareto) / delay_dist.SCALE > -0.85  # never far below the mean
+    assert statistics.median(pareto) < -0.2 * delay_dist.SCALE  # the median lies well below the mean (0)
+
+
+@pytest.mark.parametrize("name", delay_dist.TABLE_DISTRIBUTIONS)
+def test_the_userspace_draws_follow_the_table(name):
+    p = DelayProcess(0.010, 0.004, name, seed=3)
+    rng = random.Random(5)
+    draws = [p.draw(rng) for _ in range(40000)]
+    mean, sd = defined_stats(0.010, 0.004, name)
+    _, _, p99 = delay_dist.table_stats(name, 0.010, 0.004)
+    assert statistics.fmean(draws) == pytest.approx(mean, abs=6e-5)
+    assert statistics.pstdev(draws) == pytest.approx(sd, rel=0.02)
+    assert sorted(draws)[int(0.99 * len(draws))] == pytest.approx(p99, abs=4e-4)
+    assert min(draws) >= 0
+
+
+def test_spec_and_backends_carry_the_distribution():
+    shape = LinkShape.from_dict({"rate": "100Mbit", "delay": "10ms", "jitter": "4ms", "distribution": "pareto",
+                                 "reorder": True})
+    assert shape.to_dict() == {"rate": "100Mbit", "delay": "10ms", "jitter": "4ms", "distribution": "pareto",
+                               "reorder": True}
+    # userspace: the daemon's shape names it
+    from testbed.network.impairment import to_impairment_shape
+
+    assert to_impairment_shape(shape).distribution == "pareto"
+    assert ImpairmentShape(delay_s=0.01, jitter_s=0.004, distribution="paretonormal").distribution == "paretonormal"
+    # netem, reorder: the table travels in TCA_NETEM_DELAY_DIST, encoded by pyroute2
+    from pyroute2.netlink.rtnl.tcmsg import sched_netem
+
+    netem_codec.install()
+    op = leaf_op(shape, "add", True)
+    assert op.params["delay_dist"] == "pareto" and "distribution pareto" in " ".join(op.argv)
+    params = dict(op.params)
+    params.pop("rate")
+    msg = sched_netem.options()
+    msg.setvalue(sched_netem.get_parameters(params))
+    msg.encode()
+    back = sched_netem.options(msg.data)
+    back.decode()
+    raw = back.get_attr("TCA_NETEM_DELAY_DIST")
+    assert struct.unpack(f"={delay_dist.SIZE}h", raw) == delay_dist.table("pareto")
+    # order kept: the jitter driver sets the interval's delay, jitter 0, no table on its changes
+    from traffic_control.jitter_driver import Leaf
+
+    leaf = Leaf(None, "w-b", shape.with_changes(reorder=False), seed=1)
+    assert leaf.process.distribution == "pareto"
+    assert "delay_dist" not in leaf.op_for(7).params
+    # uniform needs no table
+    assert "delay_dist" not in build_ops(shape.with_changes(jitter_distribution="uniform"), netem=True)[-1].params
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    ({"delay": "10ms", "distribution": "pareto"}, "links[0].distribution"),
+    ({"delay": "10ms", "jitter": "1ms", "distribution": "lognormal"}, "links[0].distribution"),
+])
+def test_bad_distributions_name_the_field(spec, field):
+    with pytest.raises(ValidationError) as e:
+        LinkShape.from_dict(spec, "links[0]")
+    assert e.value.field == field, str(e.value)
+
+
+def test_verify_expects_the_tables_moments():
+    shape = LinkShape(delay_s=0.010, jitter_s=0.004, jitter_distribution="pareto", reorder=True)
+    _, sd, p99 = delay_dist.table_stats("pareto", 0.010, 0.004, trim=0.005)
+    rows = {c.kind: c for c in checks_for("b->h", shape, {"sent": 1000, "seconds": 2.0},
+                                          {"received": 1000, "unique": 1000, "mean_s": 0.0101, "sd_s": sd,
+                                           "p99_s": 0.026})}
+    assert rows["delay_mean"].status == "pass" and rows["delay_sd"].status == "pass"
+    assert rows["delay_sd"].expected == pytest.approx(sd) and rows["delay_p99"].expected == pytest.approx(p99)
+    assert rows["delay_sd"].extra["distribution"] == "pareto"
+    # the same train read as uniform +- 4 ms would expect a p99 of 13.9 ms, not the table's 26
+    uni = {c.kind: c for c in checks_for("b->h", shape.with_changes(jitter_distribution="uniform"),
+                                         {"sent": 1000, "seconds": 2.0}, {"received": 1000, "unique": 1000})}
+    assert uni["delay_p99"].expected == pytest.approx(0.010 + 0.98 * 0.004)
