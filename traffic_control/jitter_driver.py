@@ -82,7 +82,10 @@ class Leaf:
         if self.qdisc_seed is not None:
             seed = int.from_bytes(hashlib.blake2b(f"{self.qdisc_seed}:{k}".encode(), digest_size=8).digest(), "big")
         # the queue limit stays the one derived from the spec's delay + jitter (not this interval's delay)
-        at_k = self.shape.with_changes(delay_s=self.process.value(k), jitter_s=0.0, jitter_distribution="uniform",
+        delay = self.process.value(k)
+        if self.shape.reorder_pct:  # an interval clipped to 0 delay keeps 1 us, so reordering stays valid
+            delay = max(delay, 1e-6)
+        at_k = self.shape.with_changes(delay_s=delay, jitter_s=0.0, jitter_distribution="uniform",
                                        limit=self.shape.netem_limit)
         return leaf_op(at_k, "change", True, seed, keep_order=True)
 

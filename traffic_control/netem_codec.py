@@ -102,6 +102,15 @@ def gemodel_of(options: Any) -> dict[str, float] | None:
             "ge_loss_bad_pct": (1 - ge["h"] / U32_MAX) * 100, "ge_loss_good_pct": ge["k1"] / U32_MAX * 100}
 
 
+def reorder_of(options: Any) -> dict[str, Any]:
+    """A dumped netem qdisc's reorder in the spec's terms: probability (0 while gap is 0: netem then never
+    reorders, whatever probability it keeps) and gap."""
+    gap = int(options.get("gap") or 0) if options is not None and hasattr(options, "get") else 0
+    r = options.get_attr("TCA_NETEM_REORDER") if options is not None and hasattr(options, "get_attr") else None
+    pct = r["prob_reorder"] / U32_MAX * 100 if r is not None and gap else 0.0
+    return {"reorder_pct": pct, "reorder_gap": gap or 1}
+
+
 def corrupt_pct_of(options: Any) -> float:
     if options is None or not hasattr(options, "get_attr"):
         return 0.0

@@ -158,6 +158,7 @@ def _qdisc_info(msg: Any) -> dict[str, Any]:
         info["duplicate_pct"] = opts["duplicate"] / (2**32 - 1) * 100
         info["corrupt_pct"] = netem_codec.corrupt_pct_of(opts)
         info["gilbert_elliott"] = netem_codec.gemodel_of(opts)
+        info.update(netem_codec.reorder_of(opts))
         rate = opts.get_attr("TCA_NETEM_RATE") if hasattr(opts, "get_attr") else None
         # The kernel always dumps TCA_NETEM_RATE; a rate of 0 means "no netem rate".
         if rate and rate["rate"]:
@@ -198,7 +199,8 @@ def show(ifname: str, *, netns: str | None = None, handle: Any = None) -> dict[s
             shape["burst_bytes"] = c["burst_bytes"]
     for q in qdiscs:
         if q["kind"] == "netem":
-            shape.update({k: q[k] for k in ("delay_s", "jitter_s", "loss_pct", "limit", "duplicate_pct", "corrupt_pct")})
+            shape.update({k: q[k] for k in ("delay_s", "jitter_s", "loss_pct", "limit", "duplicate_pct", "corrupt_pct",
+                                            "reorder_pct", "reorder_gap")})
             shape.update(q.get("gilbert_elliott") or {})
             # jittered packets keep their order only under a netem rate (see shape.py)
             shape["reorder"] = q["jitter_s"] > 0 and "rate_bps" not in q

@@ -117,6 +117,12 @@ def leaf_op(shape: LinkShape, command: str, netem: bool | None, seed: int | None
             params["gemodel"] = (shape.ge_p_pct, shape.ge_r_pct, shape.ge_loss_bad_pct, shape.ge_loss_good_pct)
             argv += ["loss", "gemodel", f"{shape.ge_p_pct:g}%", f"{shape.ge_r_pct:g}%", f"{shape.ge_loss_bad_pct:g}%",
                      f"{shape.ge_loss_good_pct:g}%"]
+        # netem's reorder: a candidate (every gap-th packet) goes at once with probability P.  gap 0 turns
+        # it off: the kernel keeps a reorder probability a change does not send, but never reorders at gap 0
+        params["prob_reorder"] = shape.reorder_pct
+        params["gap"] = shape.reorder_gap if shape.reorder_pct else 0
+        if shape.reorder_pct:
+            argv += ["reorder", f"{shape.reorder_pct:g}%", "gap", str(shape.reorder_gap)]
         params["duplicate"] = shape.duplicate_pct
         params["corrupt"] = shape.corrupt_pct
         if shape.duplicate_pct:

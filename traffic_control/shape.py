@@ -85,6 +85,10 @@ class LinkShape:
     jitter_interval_s: float | None = None
     #: how the jittered delay is distributed: uniform within delay +- jitter, or a table (jitter = its sd)
     jitter_distribution: str = "uniform"
+    #: share of candidate packets sent at once, without the delay, overtaking the held ones (netem's reorder P)
+    reorder_pct: float = 0.0
+    #: every gap-th packet is a candidate (netem's gap; 1: every packet)
+    reorder_gap: int = 1
     duplicate_pct: float = 0.0
     corrupt_pct: float = 0.0
     #: Gilbert-Elliott loss: P(good -> bad) per packet; 0 = no Gilbert-Elliott model (``loss_pct`` applies)
@@ -115,7 +119,8 @@ class LinkShape:
                                    ("corrupt_pct", "corrupt", "'0.1%'"), ("ge_p_pct", "gilbert_elliott.p", "'1%'"),
                                    ("ge_r_pct", "gilbert_elliott.r", "'25%'"),
                                    ("ge_loss_bad_pct", "gilbert_elliott.loss_bad", "'100%'"),
-                                   ("ge_loss_good_pct", "gilbert_elliott.loss_good", "'0%'")):
+                                   ("ge_loss_good_pct", "gilbert_elliott.loss_good", "'0%'"),
+                                   ("reorder_pct", "reorder_probability", "'25%'")):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValidationError(at(key), f"must be a finite number, got {value!r}", f"write e.g. {key}: {example}")
@@ -142,6 +147,18 @@ class LinkShape:
         if self.jitter_distribution != "uniform" and not self.jitter_s:
             raise ValidationError(at("distribution"), f"distribution {self.jitter_distribution} without jitter",
                                   "give a jitter too (for this distribution it is the standard deviation)")
+        if not 0 <= self.reorder_pct <= 100:
+            raise ValidationError(at("reorder_probability"), f"must be within [0, 100] %, got {self.reorder_pct}",
+                                  "write e.g. reorder_probability: 25%")
+        if self.reorder_pct > 0 and not self.delay_s > 0:
+            raise ValidationError(at("reorder_probability"), "reordering without delay",
+                                  "give a delay too: a packet sent at once overtakes the ones the delay holds")
+        if isinstance(self.reorder_gap, bool) or not isinstance(self.reorder_gap, int) or self.reorder_gap < 1:
+            raise ValidationError(at("reorder_gap"), f"must be an integer >= 1, got {self.reorder_gap!r}",
+                                  "write e.g. reorder_gap: 5 (every 5th packet is a candidate)")
+        if self.reorder_gap != 1 and not self.reorder_pct:
+            raise ValidationError(at("reorder_gap"), "reorder_gap without reorder_probability",
+                                  "give reorder_probability too, e.g. 25%")
         if self.jitter_s > self.delay_s:
             raise ValidationError(at("jitter"), f"jitter {format_time(self.jitter_s)} exceeds delay "
                                   f"{format_time(self.delay_s)}", "keep jitter <= delay")
@@ -186,7 +203,15 @@ class LinkShape:
     def needs_netem(self) -> bool:
         """True when delay, jitter or loss are asked for (things HTB cannot do)."""
         return (self.delay_s > 0 or self.jitter_s > 0 or self.loss_pct > 0 or self.ge_p_pct > 0
-                or self.duplicate_pct > 0 or self.corrupt_pct > 0)
+                or self.duplicate_pct > 0 or self.corrupt_pct > 0 or self.reorder_pct > 0)
+
+    @property
+    def immediate_share(self) -> float:
+        """The long-run share of packets sent at once by ``reorder_probability``: ``gap - 1`` delayed
+        packets, then candidates each sent at once with probability p: ``1 / (gap - 1 + 1/p)``."""
+        if not self.reorder_pct:
+            return 0.0
+        return 1.0 / (self.reorder_gap - 1 + 100.0 / self.reorder_pct)
 
     @property
     def gilbert_elliott(self) -> bool:
@@ -248,7 +273,8 @@ class LinkShape:
 
     def without_netem(self) -> LinkShape:
         """The same shape with delay, jitter and loss removed (rate only)."""
-        return replace(self, delay_s=0.0, jitter_s=0.0, loss_pct=0.0, duplicate_pct=0.0, corrupt_pct=0.0,
+        return replace(self, delay_s=0.0, jitter_s=0.0, jitter_distribution="uniform", reorder_pct=0.0, reorder_gap=1,
+                       loss_pct=0.0, duplicate_pct=0.0, corrupt_pct=0.0,
                        ge_p_pct=0.0, ge_r_pct=0.0, ge_loss_bad_pct=100.0, ge_loss_good_pct=0.0)
 
     # -------------------------------------------------------------- (de)ser
@@ -272,6 +298,8 @@ class LinkShape:
                 out["rate"] = format_rate(v)
             elif k == "jitter_distribution":
                 out["distribution"] = v
+            elif k == "reorder_pct":
+                out["reorder_probability"] = f"{v:g}%"
             elif k in ("delay_s", "jitter_s", "burst_time_s", "jitter_interval_s"):
                 out[k[:-2]] = format_time(v)
             elif k == "loss_pct":
@@ -297,6 +325,9 @@ class LinkShape:
         if self.gilbert_elliott:
             parts.append(f"Gilbert-Elliott loss p {self.ge_p_pct:g}% r {self.ge_r_pct:g}% bad {self.ge_loss_bad_pct:g}% "
                          f"good {self.ge_loss_good_pct:g}% (mean {self.expected_loss_pct:.3g}%)")
+        if self.reorder_pct:
+            gap = f" gap {self.reorder_gap}" if self.reorder_gap > 1 else ""
+            parts.append(f"reorder {self.reorder_pct:g}%{gap} ({self.immediate_share:.1%} sent at once)")
         if self.duplicate_pct:
             parts.append(f"duplicate {self.duplicate_pct:g}%")
         if self.corrupt_pct:
@@ -343,6 +374,10 @@ class GilbertElliottSpec(SpecModel):
     """loss probability in the good state (default 0 %)"""
 
 
+#: Keys of netem's correlation model, refused with a reason (ShapeSpec._no_correlation).
+CORRELATION_KEYS = ("correlation", "delay_correlation", "jitter_correlation", "loss_correlation")
+
+
 class ShapeSpec(SpecModel):
     """One direction of a link as a spec writes it (every key optional: unset keys inherit)."""
 
@@ -368,6 +403,10 @@ class ShapeSpec(SpecModel):
     """packets sent twice (netem backend only)"""
     corrupt: Percent | None = unit_field(fix="e.g. corrupt: 0.1%")
     """packets with one bit flipped (netem backend only; the receiver's checksum drops them)"""
+    reorder_probability: Percent | None = unit_field(fix="e.g. reorder_probability: 25%")
+    """share of packets sent at once, without the delay, overtaking those held (netem's reorder; both backends)"""
+    reorder_gap: int | None = unit_field(ge=1, fix="e.g. reorder_gap: 5")
+    """with reorder_probability: every gap-th packet is a candidate, the others are delayed (default 1)"""
     reorder: bool | None = unit_field(fix="write reorder: true")
     """a jitter draw per packet, packets overtake (netem's default); false: order kept, a draw per interval"""
     limit: Packets | None = unit_field(fix="e.g. limit: 1000")
@@ -378,6 +417,21 @@ class ShapeSpec(SpecModel):
     """HTB burst as time at the rate"""
     headroom: float | None = unit_field(fix="write e.g. 2")
     """HTB ceil / rate headroom factor"""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_correlation(cls, data: Any) -> Any:
+        """netem's ``correlation`` (delay, loss) is refused with the reason and what to use instead."""
+        if isinstance(data, dict):
+            for key in CORRELATION_KEYS:
+                if key in data:
+                    raise ValidationError(key, "netem-style correlation is not offered: netem mixes each random draw "
+                                          "with the previous one (u = rho x last + (1 - rho) x new), which shrinks "
+                                          "the spread of what it correlates by sqrt((1 - rho) / (1 + rho)) (0.77 at "
+                                          "25 %), so the link would no longer have the spec's distribution",
+                                          "for a delay that moves together use jitter_interval (one draw holds that "
+                                          "long, order kept); for bursty loss use gilbert_elliott: {p, r}")
+        return data
 
     @model_validator(mode="after")
     def _one_of_delay_rtt(self) -> ShapeSpec:
@@ -408,6 +462,9 @@ def shape_kwargs(given: dict[str, Any]) -> dict[str, Any]:
         elif key == "distribution":
             if value is not None:
                 kw["jitter_distribution"] = value
+        elif key == "reorder_probability":
+            if value is not None:
+                kw["reorder_pct"] = value
         elif key == "loss":
             kw["loss_pct"] = value
         elif key in ("duplicate", "corrupt"):

@@ -86,7 +86,8 @@ def to_impairment_shape(shape: LinkShape, seed: int = 0) -> Any:
                            reorder=shape.reorder,
                            loss_pct=shape.loss_pct, seed=seed, limit=shape.netem_limit,
                            interval_s=shape.jitter_interval_s, ge_p_pct=shape.ge_p_pct, ge_r_pct=shape.ge_r_pct,
-                           ge_loss_bad_pct=shape.ge_loss_bad_pct, ge_loss_good_pct=shape.ge_loss_good_pct)
+                           ge_loss_bad_pct=shape.ge_loss_bad_pct, ge_loss_good_pct=shape.ge_loss_good_pct,
+                           reorder_pct=shape.reorder_pct, reorder_gap=shape.reorder_gap)
 
 
 def start(netns: str, point: Point, shape: LinkShape, seed: int | None) -> Any:

@@ -191,7 +191,13 @@ def test_read_back_matches_the_spec(net):
                     (shape.delay_s, shape.jitter_s, shape.loss_pct, shape.reorder, shape.ge_p_pct, shape.ge_r_pct))
                 continue
             if driven(shape):  # the jitter driver holds one interval's delay, netem's own jitter off
-                assert shape.delay_s - shape.jitter_s - 2e-6 <= got["delay_s"] <= shape.delay_s + shape.jitter_s + 2e-6
+                lo, hi = -1.0, 1.0  # uniform; a table's extremes otherwise
+                if shape.jitter_distribution != "uniform":
+                    from traffic_control.delay_dist import SCALE, table
+
+                    lo, hi = min(table(shape.jitter_distribution)) / SCALE, max(table(shape.jitter_distribution)) / SCALE
+                assert max(0.0, shape.delay_s + lo * shape.jitter_s) - 2e-6 <= got["delay_s"] \
+                    <= shape.delay_s + hi * shape.jitter_s + 2e-6
                 assert got["jitter_s"] == 0 and got["reorder"] is False
             else:
                 assert got["delay_s"] == pytest.approx(shape.delay_s, abs=2e-6)
@@ -199,6 +205,7 @@ def test_read_back_matches_the_spec(net):
                 if shape.jitter_s:
                     assert got["reorder"] == shape.reorder
             assert got["loss_pct"] == pytest.approx(shape.loss_pct, abs=1e-6)
+            assert (got["reorder_pct"], got["reorder_gap"]) == (pytest.approx(shape.reorder_pct), shape.reorder_gap)
             for k in ("ge_p_pct", "ge_r_pct", "ge_loss_bad_pct", "ge_loss_good_pct"):
                 assert got.get(k, 100.0 if k == "ge_loss_bad_pct" else 0.0) == pytest.approx(getattr(shape, k), abs=1e-6), k
             assert got["limit"] == shape.netem_limit
@@ -328,6 +335,34 @@ def test_pareto_jitter_gives_the_tables_distribution(net, dc):
     assert got["p99_s"] >= shape.delay_s + tail * shape.jitter_s, f"p99 {got['p99_s']}: no pareto tail"
     assert got["p50_s"] <= mean - 0.15 * shape.jitter_s, f"median {got['p50_s']} vs mean {mean}: not skewed"
     assert rows["loss"].status == "pass"
+
+
+def test_reorder_probability_sends_a_share_at_once_and_clears(net):
+    """reorder_probability 25 %, gap 5 on a->b (20 ms): a share 1 / (4 + 4) = 12.5 % of the packets is sent at
+    once, overtaking the held ones (netem's reorder, or the daemon's same rule); cleared by a change, none is."""
+    w = wan(net, "a", "b")
+    old = w.forward if w.a == "a" else w.reverse
+    new = old.with_changes(reorder_pct=25.0, reorder_gap=5)
+    n = 1600
+
+    def fast_share(port: int) -> tuple[float, dict[str, Any]]:
+        r = probe(net, router("a"), router("b"), peer_ip(net, "a", "b"), count=n, burst=16, gap_s=0.004, port=port)
+        assert r["received"] == n
+        return sum(1 for d in r["owd_ms"] if d < old.delay_s * 1e3 / 2) / n, r
+
+    net.change_link("a", "b", new)
+    try:
+        share, r = fast_share(7710)
+    finally:
+        net.change_link("a", "b", old)
+    after, r_after = fast_share(7711)
+    f = new.immediate_share
+    bound = 4 * math.sqrt(f * (1 - f) / n)
+    report("reorder 25 % gap 5", f"{share:.3f} of {n} at once (expected {f:.3f} +- {bound:.3f}), "
+           f"{r['out_of_order']} out of order; after clearing: {after:.3f}, {r_after['out_of_order']} out of order")
+    assert abs(share - f) <= bound
+    assert r["out_of_order"] >= 0.5 * f * n
+    assert after == 0 and r_after["out_of_order"] == 0
 
 
 def test_jitter_keeps_order_unless_reorder_is_asked(net):

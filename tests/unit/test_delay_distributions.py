@@ -117,3 +117,81 @@ def test_verify_expects_the_tables_moments():
     uni = {c.kind: c for c in checks_for("b->h", shape.with_changes(jitter_distribution="uniform"),
                                          {"sent": 1000, "seconds": 2.0}, {"received": 1000, "unique": 1000})}
     assert uni["delay_p99"].expected == pytest.approx(0.010 + 0.98 * 0.004)
+
+
+# ------------------------------------------------------------- reorder probability and gap (netem's reorder)
+def test_the_userspace_scheduler_reorders_like_netem():
+    from traffic_control.userspace.schedule import Scheduler
+
+    def run(pct, gap, n=20000):
+        s = Scheduler(ImpairmentShape(delay_s=0.010, reorder_pct=pct, reorder_gap=gap, seed=4))
+        at_once = []
+        for i in range(n):
+            now = i * 1e-4
+            assert s.admit(i, now)
+            out: list[int] = []
+            s.pop_due(now, out)  # due at its own arrival: only a packet sent at once
+            at_once += [p for p in out if p == i]
+        return at_once
+
+    every_5th = run(100, 5, 1000)
+    assert every_5th == list(range(4, 1000, 5))  # gap 5, certain: 4 delayed, the 5th at once
+    shape = LinkShape(delay_s=0.010, reorder_pct=25, reorder_gap=5)
+    got = len(run(25, 5)) / 20000
+    assert shape.immediate_share == pytest.approx(1 / (4 + 4))
+    assert got == pytest.approx(shape.immediate_share, abs=0.01)
+    assert len(run(10, 1)) / 20000 == pytest.approx(0.10, abs=0.007)
+
+
+def test_reorder_travels_to_netem_and_reads_back():
+    from pyroute2.netlink.rtnl.tcmsg import sched_netem
+
+    netem_codec.install()
+    shape = LinkShape.from_dict({"delay": "10ms", "reorder_probability": "25%", "reorder_gap": 5})
+    assert shape.to_dict() == {"delay": "10ms", "reorder_probability": "25%", "reorder_gap": 5}
+    op = leaf_op(shape, "add", True)
+    assert "reorder 25% gap 5" in " ".join(op.argv)
+
+    def round_trip(params):
+        params = dict(params)
+        params.pop("rate")
+        msg = sched_netem.options()
+        msg.setvalue(sched_netem.get_parameters(params))
+        msg.encode()
+        back = sched_netem.options(msg.data)
+        back.decode()
+        return netem_codec.reorder_of(back)
+
+    got = round_trip(op.params)
+    assert got["reorder_gap"] == 5 and got["reorder_pct"] == pytest.approx(25)
+    # cleared by a change: gap 0 (the kernel keeps a probability it is not sent, and ignores it at gap 0)
+    cleared = leaf_op(shape.with_changes(reorder_pct=0.0, reorder_gap=1), "change", True)
+    assert cleared.params["gap"] == 0 and round_trip(cleared.params) == {"reorder_pct": 0.0, "reorder_gap": 1}
+    # the userspace daemon gets it too
+    from testbed.network.impairment import to_impairment_shape
+
+    imp = to_impairment_shape(shape)
+    assert (imp.reorder_pct, imp.reorder_gap) == (25, 5)
+
+
+def test_verify_expects_the_mixture_and_reports_reordering():
+    shape = LinkShape(delay_s=0.020, reorder_pct=50)
+    rows = {c.kind: c for c in checks_for("a->b", shape, {"sent": 1000, "seconds": 2.0},
+                                          {"received": 1000, "unique": 1000, "reordered": 300}, )}
+    assert rows["delay_mean"].expected == pytest.approx(0.010)  # half at once, half after 20 ms
+    assert rows["delay_sd"].expected == pytest.approx(0.010)
+    assert rows["reordering"].status == "info"
+
+
+@pytest.mark.parametrize(("spec", "field", "words"), [
+    ({"reorder_probability": "5%"}, "links[0].reorder_probability", "without delay"),
+    ({"delay": "5ms", "reorder_gap": 3}, "links[0].reorder_gap", "without reorder_probability"),
+    ({"delay": "5ms", "reorder_probability": "5%", "reorder_gap": 0}, "links[0].reorder_gap", ">= 1"),
+    ({"delay": "5ms", "jitter": "1ms", "correlation": "25%"}, "links[0].correlation", "shrinks the spread"),
+    ({"delay": "5ms", "loss": "1%", "loss_correlation": "25%"}, "links[0].loss_correlation", "gilbert_elliott"),
+])
+def test_bad_reorder_and_correlation_name_the_field(spec, field, words):
+    with pytest.raises(ValidationError) as e:
+        LinkShape.from_dict(spec, "links[0]")
+    assert e.value.field == field, str(e.value)
+    assert words in str(e.value)

@@ -22,7 +22,7 @@ def test_defaults_are_transparent() -> None:
     ({"jitter_s": -1.0}, "jitter_s"),
     ({"loss_pct": 101.0}, "loss_pct"),
     ({"loss_pct": float("nan")}, "loss_pct"),
-    ({"distribution": "pareto"}, "distribution"),
+    ({"distribution": "lognormal"}, "distribution"),
     ({"limit": 0}, "limit"),
     ({"seed": 1.5}, "seed"),
     ({"reorder": "yes"}, "reorder"),

@@ -47,6 +47,12 @@ class Scheduler:
                                                      shape.ge_loss_bad_pct / 100, shape.ge_loss_good_pct / 100)
         if not hasattr(self, "_ge_bad"):
             self._ge_bad = False
+        # netem's reorder (netem_enqueue): a packet is delayed (and counted) unless the count has reached
+        # gap - 1 and the draw says "at once"; one sent at once resets the count
+        self._reorder_p = shape.reorder_pct / 100.0
+        self._gap = shape.reorder_gap
+        if not hasattr(self, "_counter"):
+            self._counter = 0
         self._reorders = shape.reorders
         self._process = DelayProcess(shape.delay_s, shape.jitter_s, shape.distribution, shape.seed,
                                      interval_s(shape.jitter_s, shape.interval_s))
@@ -84,6 +90,12 @@ class Scheduler:
             return False
         if self._ge is not None and self._ge_lost(rng):
             return False
+        if self._reorder_p:
+            if self._counter >= self._gap - 1 and rng.random() < self._reorder_p:
+                self._counter = 0
+                heapq.heappush(self._heap, (now, pkt_id))  # sent at once: overtakes the held packets
+                return True
+            self._counter += 1
         if self._reorders:  # a draw per packet: packets overtake each other
             heapq.heappush(self._heap, (now + self._process.draw(rng), pkt_id))
         else:

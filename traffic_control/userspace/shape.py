@@ -53,6 +53,9 @@ class ImpairmentShape:
     ge_r_pct: float = 0.0
     ge_loss_bad_pct: float = 100.0
     ge_loss_good_pct: float = 0.0
+    #: netem's reorder: every ``reorder_gap``-th packet on is a candidate, sent at once with this probability
+    reorder_pct: float = 0.0
+    reorder_gap: int = 1
 
     def __post_init__(self) -> None:
         self.validate()
@@ -63,7 +66,8 @@ class ImpairmentShape:
         def at(name: str) -> str:
             return f"{field}.{name}" if field else name
 
-        for name in ("delay_s", "jitter_s", "loss_pct", "ge_p_pct", "ge_r_pct", "ge_loss_bad_pct", "ge_loss_good_pct"):
+        for name in ("delay_s", "jitter_s", "loss_pct", "ge_p_pct", "ge_r_pct", "ge_loss_bad_pct", "ge_loss_good_pct",
+                     "reorder_pct"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
                 raise ValidationError(at(name), f"must be a finite number, got {value!r}")
@@ -77,7 +81,9 @@ class ImpairmentShape:
         if self.distribution not in DISTRIBUTIONS:
             raise ValidationError(at("distribution"), f"unknown distribution {self.distribution!r}",
                                   f"use one of {', '.join(DISTRIBUTIONS)}")
-        for name in ("loss_pct", "ge_p_pct", "ge_r_pct", "ge_loss_bad_pct", "ge_loss_good_pct"):
+        if isinstance(self.reorder_gap, bool) or not isinstance(self.reorder_gap, int) or self.reorder_gap < 1:
+            raise ValidationError(at("reorder_gap"), f"must be an integer >= 1, got {self.reorder_gap!r}")
+        for name in ("loss_pct", "ge_p_pct", "ge_r_pct", "ge_loss_bad_pct", "ge_loss_good_pct", "reorder_pct"):
             if not 0 <= getattr(self, name) <= 100:
                 raise ValidationError(at(name), f"must be within 0..100, got {getattr(self, name)}")
         if self.ge_p_pct > 0 and (self.loss_pct > 0 or not self.ge_r_pct > 0):
