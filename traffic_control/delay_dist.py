@@ -66,7 +66,14 @@ def _quantiles(name: str) -> list[float]:
 
 @cache
 def table(name: str) -> tuple[int, ...]:
-    """The int16 table of ``name``: mean 0, sd 1 (x 8192) after the clip at +- 4 sd."""
+    """The int16 table of ``name``: mean 0, sd 1 (x 8192) after the clip at +- 4 sd.
+
+    ``uniform`` is the exception: U[-1, 1] (x 8192), so that a netem leaf that had a table can be given
+    netem's own default draw again (``delay +- jitter``) by a ``change``: the kernel keeps a table a
+    change does not send, so leaving a table distribution means sending this one.
+    """
+    if name == "uniform":
+        return tuple(round(((i + 0.5) / SIZE * 2 - 1) * SCALE) for i in range(SIZE))
     q = _quantiles(name)
     m, c = 0.0, 1.0
     for _ in range(100):  # centre and scale under the clip until the table's own moments are (0, 1)

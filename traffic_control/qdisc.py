@@ -184,6 +184,9 @@ def change_ops(old: LinkShape, new: LinkShape, *, netem: bool | None = None, see
         ops.append(htb_class_op(new, "change-class"))
     old_leaf = leaf_op(old, "change", netem, seed)
     new_leaf = leaf_op(new, "change", netem, seed)
+    if netem and "delay_dist" in old_leaf.params and new.jitter_s and "delay_dist" not in new_leaf.params:
+        # back to uniform: the kernel keeps the old table unless it is sent another (delay_dist.table)
+        new_leaf.params["delay_dist"] = "uniform"
     if old_leaf.params != new_leaf.params:
         ops.append(new_leaf)
     return ops

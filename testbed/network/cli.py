@@ -244,6 +244,10 @@ def _describe_kernel(entry: dict[str, Any]) -> str:
     for key in ("duplicate", "corrupt"):
         if src.get(f"{key}_pct"):
             parts.append(f"{key} {src[f'{key}_pct']:.3g}%")
+    if src.get("distribution", "uniform") != "uniform" and src.get("jitter_s"):
+        parts.append(f"distribution {src['distribution']}")
+    if src.get("reorder_pct"):
+        parts.append(f"reorder {src['reorder_pct']:.3g}% gap {src.get('reorder_gap', 1)}")
     limit, rate = sh.get("limit"), sh.get("rate_bps")
     if limit and rate:
         mtu = entry["link"].get("mtu") or DEFAULT_MTU
@@ -269,14 +273,58 @@ def _changes(args: argparse.Namespace) -> dict[str, Any]:
         ch["loss_pct"] = parse_percent(args.loss, "--loss")
     if args.reorder is not None:
         ch["reorder"] = args.reorder
+    if args.distribution is not None:
+        ch["jitter_distribution"] = args.distribution
+    elif ch.get("jitter_s") == 0:  # no jitter, nothing to distribute
+        ch["jitter_distribution"] = "uniform"
+    if args.reorder_probability is not None:
+        ch["reorder_pct"] = parse_percent(args.reorder_probability, "--reorder-probability")
+        if not ch["reorder_pct"]:
+            ch["reorder_gap"] = 1
+    if args.reorder_gap is not None:
+        if args.reorder_gap < 1:
+            raise ValidationError("--reorder-gap", f"must be >= 1, got {args.reorder_gap}", "e.g. --reorder-gap 5")
+        ch["reorder_gap"] = args.reorder_gap
+    if args.duplicate is not None:
+        ch["duplicate_pct"] = parse_percent(args.duplicate, "--duplicate")
+    if args.corrupt is not None:
+        ch["corrupt_pct"] = parse_percent(args.corrupt, "--corrupt")
+    if args.gilbert_elliott is not None:
+        ch.update(_gilbert_elliott(args.gilbert_elliott))
+    if args.limit is not None:
+        if args.limit == "auto":
+            ch["limit"] = None
+        else:
+            from traffic_control.units import parse_packets
+
+            ch["limit"] = parse_packets(args.limit, "--limit")
     return ch
+
+
+def _gilbert_elliott(text: str) -> dict[str, Any]:
+    """``--gilbert-elliott P,R[,LOSS_BAD[,LOSS_GOOD]]`` or ``off`` -> LinkShape fields (``loss`` cleared: one model)."""
+    if text.strip() == "off":
+        return {"ge_p_pct": 0.0, "ge_r_pct": 0.0, "ge_loss_bad_pct": 100.0, "ge_loss_good_pct": 0.0}
+    parts = [x.strip() for x in text.split(",")]
+    if not 2 <= len(parts) <= 4:
+        raise ValidationError("--gilbert-elliott", f"expected P,R[,LOSS_BAD[,LOSS_GOOD]], got {text!r}",
+                              "e.g. --gilbert-elliott 1%,25% (or off)")
+    names = ("p", "r", "loss_bad", "loss_good")
+    vals = [parse_percent(v, f"--gilbert-elliott {n}") for n, v in zip(names, parts)]
+    vals += [100.0, 0.0][len(vals) - 2:]
+    return {"ge_p_pct": vals[0], "ge_r_pct": vals[1], "ge_loss_bad_pct": vals[2], "ge_loss_good_pct": vals[3],
+            "loss_pct": 0.0}
 
 
 def cmd_set(args: argparse.Namespace) -> int:
     changes = _changes(args)
     if not changes and args.state is None:
         raise ValidationError("net set", "nothing to change",
-                              "give --rate, --delay, --jitter, --loss, --reorder/--no-reorder, --down or --up")
+                              "give --rate, --delay, --jitter, --distribution, --loss, --gilbert-elliott, "
+                              "--duplicate, --corrupt, --reorder/--no-reorder, --reorder-probability, --limit, "
+                              "--down or --up")
+    if changes.get("loss_pct") and "ge_p_pct" not in changes:  # one loss model: independent loss replaces bursts
+        changes.update(_gilbert_elliott("off"))
     net = EmulatedNetwork.attach(log=_say)
     dirs = [(args.a, args.b)] if args.one_way else [(args.a, args.b), (args.b, args.a)]
     new = {}
@@ -288,7 +336,15 @@ def cmd_set(args: argparse.Namespace) -> int:
         try:
             new[(a, b)] = old.with_changes(**net.spec_changes(changes))
         except ValidationError as e:  # e.g. jitter above the delay
-            raise ValidationError(f"--{e.field}" if e.field else "net set", e.problem, e.fix) from None
+            raise ValidationError(f"--{e.field.replace('_', '-')}" if e.field else "net set", e.problem,
+                                  e.fix) from None
+        if net.impairment is not None and net.impairment.backend == "userspace":
+            from .impairment import refuse_payload_features
+
+            try:  # before anything is touched: the daemons hold ids, not payloads
+                refuse_payload_features(new[(a, b)])
+            except ValidationError as e:
+                raise ValidationError(f"--{e.field}", e.problem, e.fix) from None
     for (a, b), shape in new.items():  # every direction validated before the first is touched
         net.change_link(a, b, shape)
     if args.state is not None:
@@ -476,6 +532,19 @@ def register(sub: Any) -> None:
     st.add_argument("--delay", help="one-way delay, e.g. 30ms (0 removes it)")
     st.add_argument("--jitter", help="e.g. 2ms (at most the delay)")
     st.add_argument("--loss", help="e.g. 0.5%%")
+    st.add_argument("--distribution", choices=("uniform", "normal", "pareto", "paretonormal"),
+                    help="how the jitter is distributed (normal, pareto, paretonormal: jitter is the sd)")
+    st.add_argument("--gilbert-elliott", metavar="P,R[,BAD[,GOOD]]",
+                    help="bursty loss instead of --loss, e.g. 1%%,25%% (loss in the bad/good state default "
+                         "100%%/0%%); off removes it")
+    st.add_argument("--duplicate", help="packets sent twice, e.g. 1%% (netem backend only)")
+    st.add_argument("--corrupt", help="packets with a bit flipped, e.g. 0.1%% (netem backend only)")
+    st.add_argument("--reorder-probability", metavar="P",
+                    help="share of candidate packets sent at once, overtaking the held ones, e.g. 25%% (0 removes it)")
+    st.add_argument("--reorder-gap", type=int, metavar="N",
+                    help="with --reorder-probability: every Nth packet is a candidate (default 1)")
+    st.add_argument("--limit", metavar="PACKETS|auto",
+                    help="queue limit in packets; auto: derived from the path's bandwidth x round trip again")
     rg = st.add_mutually_exclusive_group()
     rg.add_argument("--reorder", dest="reorder", action="store_const", const=True, default=None,
                     help="jittered packets may overtake each other")
