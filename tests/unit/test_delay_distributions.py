@@ -195,3 +195,17 @@ def test_bad_reorder_and_correlation_name_the_field(spec, field, words):
         LinkShape.from_dict(spec, "links[0]")
     assert e.value.field == field, str(e.value)
     assert words in str(e.value)
+
+
+def test_leaving_a_table_sends_netem_a_uniform_one():
+    """The kernel keeps a table a change omits: back to uniform jitter, the change sends U[-1, 1]."""
+    from traffic_control.qdisc import change_ops
+
+    uni = delay_dist.table("uniform")
+    assert min(uni) >= -delay_dist.SCALE and max(uni) <= delay_dist.SCALE
+    assert abs(statistics.fmean(uni)) < 1 and statistics.pstdev(uni) / delay_dist.SCALE == pytest.approx(3 ** -0.5, rel=1e-3)
+    old = LinkShape(delay_s=0.01, jitter_s=0.004, jitter_distribution="pareto", reorder=True)
+    ops = change_ops(old, old.with_changes(jitter_distribution="uniform"), netem=True)
+    assert ops[-1].params["delay_dist"] == "uniform"
+    assert "delay_dist" not in change_ops(old, old.with_changes(jitter_s=0.0, jitter_distribution="uniform"),
+                                          netem=True)[-1].params  # no jitter: no draw, no table needed
