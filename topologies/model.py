@@ -206,7 +206,7 @@ class Topology:
         lan = 2 * (self.dc(src).lan.delay_s + self.dc(dst).lan.delay_s)
         return self.path_delay(src, dst) + self.path_delay(dst, src) + lan
 
-    def queue_rtts(self) -> dict[tuple[str, str], float]:
+    def queue_rtts(self, delays: dict[tuple[str, str], float] | None = None) -> dict[tuple[str, str], float]:
         """The round trip each link direction's queue is sized for: the longest RTT among the DC pairs
         whose packets (data one way, ACKs the other) cross it.
 
@@ -215,9 +215,16 @@ class Topology:
         short first hop of a long relayed path (a 1 ms hop on a 60 ms path got a tenth of a BDP).
         Keys ``(u, v)`` for every link direction that some route uses; a direction no route crosses is
         absent.  Also ``(dc, dc)``: the longest RTT from that DC's hosts (its LAN queues).
+
+        ``delays``: one-way delay per link direction ``(u, v)`` in place of the spec's (a running network
+        whose delays were changed; its routes stay the ones built from the spec).
         """
         paths = {(s, d): self.path(s, d) for s in self.dc_names for d in self.dc_names if s != d}
-        one_way = {k: sum(self.link(u, v).shape(u, v).delay_s for u, v in zip(p, p[1:])) for k, p in paths.items()}
+
+        def delay(u: str, v: str) -> float:
+            return delays[(u, v)] if delays and (u, v) in delays else self.link(u, v).shape(u, v).delay_s
+
+        one_way = {k: sum(delay(u, v) for u, v in zip(p, p[1:])) for k, p in paths.items()}
         out: dict[tuple[str, str], float] = {(d.name, d.name): 2 * d.lan.delay_s for d in self.dcs}
         for (s, d), p in paths.items():
             rtt = one_way[(s, d)] + one_way[(d, s)] + 2 * (self.dc(s).lan.delay_s + self.dc(d).lan.delay_s)

@@ -534,11 +534,37 @@ class EmulatedNetwork:
                             jitter_control.sync(self)
                         raise
                     object.__setattr__(w, attr, shape)
+                    resized = self._resize_queues() if shape.delay_s != old.delay_s else []
                     self._save_links()
-                    if netem and driven(shape):
+                    if netem and (driven(shape) or any(driven(s) for s in resized)):
                         jitter_control.sync(self)
                     return
         raise ValidationError("link", f"no WAN link {a}->{b}", f"name two adjacent DCs ({self._link_names()})")
+
+    def _resize_queues(self) -> list[LinkShape]:
+        """After a delay changed: give every other WAN direction with a derived limit the queue a network
+        built with the live delays would have (its flows' round trips changed; the routes did not).
+
+        LAN queues keep their size (they follow the longest round trip from their DC, which a WAN
+        delay change moves too; README "Queues" says so).  Returns the shapes that were changed.
+        """
+        delays = {}
+        for w in self.plan.wans:
+            delays[(w.a, w.b)], delays[(w.b, w.a)] = w.forward.delay_s, w.reverse.delay_s
+        rtts = self.topo.queue_rtts(delays)
+        changed = []
+        for w in self.plan.wans:
+            for src, dst, node, ifn, attr in ((w.a, w.b, w.a_router, w.a_if, "forward"),
+                                              (w.b, w.a, w.b_router, w.b_if, "reverse")):
+                cur = getattr(w, attr)
+                new = cur.with_changes(queue_rtt_s=rtts.get((src, dst)))
+                if cur.limit is None and new.netem_limit != cur.netem_limit:
+                    self._change(node, ifn, f"{src}->{dst}", cur, new)
+                    object.__setattr__(w, attr, new)
+                    changed.append(new)
+                    self.log(f"{src}->{dst}: queue {cur.netem_limit} -> {new.netem_limit} packets "
+                              f"(its flows' longest round trip is now {new.queue_rtt_s * 1e3:.1f} ms)")
+        return changed
 
     def _link_names(self) -> str:
         return ", ".join(f"{w.a}-{w.b}" for w in self.plan.wans)

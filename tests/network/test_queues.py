@@ -154,3 +154,43 @@ def test_a_first_hop_queue_is_sized_for_the_relayed_path():
     assert results["path"][0] >= 2 * 100e6 / 8 * 0.062 / 1500  # headroom 2 over one path BDP
     assert results["path"][1] >= 0.9, results
     assert results["own"][1] < 0.8, results  # the contrast: sizing from one link's delay starves the flow
+
+
+def test_a_delay_change_resizes_the_queues_of_the_paths_it_lengthens():
+    """net set b c --delay 60ms on the running relay network: a -> b (1 ms) now carries a 122 ms round trip,
+    so its queue grows to what a network built with 60 ms would have; every direction matches such a network
+    (the kernel's limit read back, and the userspace daemon's), and going back restores the first sizes."""
+    require_root_tools()
+    from testbed.network.addressing import plan_network
+
+    def limits(net) -> dict[str, int]:
+        rb = net.read_back()
+        out = {}
+        for w in net.plan.wans:
+            for node, ifn, key in ((w.a_router, w.a_if, f"{w.a}->{w.b}"), (w.b_router, w.b_if, f"{w.b}->{w.a}")):
+                out[key] = rb[f"{node}:{ifn}"]["shape"]["limit"]
+                for d in net.userspace:  # the daemon holds the same bound
+                    if (d.node, d.ifname) == (node, ifn):
+                        assert d.shape.limit == out[key], key
+        return out
+
+    def built(spec) -> dict[str, int]:
+        plan = plan_network(from_dict(spec), with_ps=False)
+        return {f"{w.a}->{w.b}": w.forward.netem_limit for w in plan.wans} | \
+               {f"{w.b}->{w.a}": w.reverse.netem_limit for w in plan.wans}
+
+    longer = {**RELAY, "links": [RELAY["links"][0], {**RELAY["links"][1], "delay": "60ms"}]}
+    with network(from_dict(RELAY), with_ps=False, impairment="auto") as net:
+        if net.impairment is None or net.impairment.skipped:
+            pytest.skip("delays are not applied on this machine")
+        before = limits(net)
+        assert before == built(RELAY)
+        for a, b in (("b", "c"), ("c", "b")):
+            net.change_link(a, b, net.shape_of(a, b).with_changes(delay_s=0.060))
+        after = limits(net)
+        print(f"queue limits before {before}, after b-c 30 -> 60 ms {after}")
+        assert after == built(longer)
+        assert after["a->b"] > 1.8 * before["a->b"]
+        for a, b in (("b", "c"), ("c", "b")):
+            net.change_link(a, b, net.shape_of(a, b).with_changes(delay_s=0.030))
+        assert limits(net) == before

@@ -81,3 +81,17 @@ def test_no_bundled_queue_is_smaller_than_its_own_sizing(name):
     for w, lk in zip(plan.wans, topo.links):
         assert w.forward.netem_limit >= lk.forward.netem_limit
         assert w.reverse.netem_limit >= lk.reverse.netem_limit
+
+
+def test_queue_rtts_with_live_delays_keep_the_built_routes():
+    """A running network's delays change, its routes do not: queue_rtts(delays) uses the spec's paths."""
+    from topologies import from_dict
+
+    tri = from_dict({"name": "t", "dcs": ["a", "b", "c"],
+                     "links": [{"a": "a", "b": "b", "delay": "5ms"}, {"a": "b", "b": "c", "delay": "5ms"},
+                               {"a": "a", "b": "c", "delay": "30ms"}]})
+    assert tri.path("a", "c") == ["a", "b", "c"]
+    assert tri.queue_rtts()[("a", "b")] == pytest.approx(0.020)  # a<->c via b: 2 x 10 ms
+    slow = {("b", "c"): 0.050, ("c", "b"): 0.050}  # least delay would now go direct; the kernel's routes do not
+    assert tri.queue_rtts(slow)[("a", "b")] == pytest.approx(0.110)
+    assert ("a", "c") not in tri.queue_rtts(slow)  # still no route over the chord
