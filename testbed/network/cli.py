@@ -345,6 +345,10 @@ def cmd_set(args: argparse.Namespace) -> int:
                 refuse_payload_features(new[(a, b)])
             except ValidationError as e:
                 raise ValidationError(f"--{e.field}", e.problem, e.fix) from None
+        if net.impairment is not None and net.impairment.backend == "netem":
+            from .emulation import refuse_driven_gilbert_elliott
+
+            refuse_driven_gilbert_elliott(new[(a, b)], f"net set {a}->{b}")
     for (a, b), shape in new.items():  # every direction validated before the first is touched
         net.change_link(a, b, shape)
     if args.state is not None:

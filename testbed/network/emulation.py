@@ -45,6 +45,7 @@ from topologies.model import Topology
 from traffic_control import netlink as tcnl
 from traffic_control.capabilities import probe_kernel
 from traffic_control.errors import CapabilityMissing, TrafficControlError, ValidationError
+from traffic_control.jitter import interval_s
 from traffic_control.jitter_driver import driven
 from traffic_control.netlink import NETEM_FIX
 from traffic_control.shape import DEFAULT_MTU, WIRE_GSO_SEGS, LinkShape, shape_dict
@@ -254,14 +255,29 @@ def check_preconditions(topo: Topology, impairment: str, allow_missing_netem: bo
 def check_backend_features(topo: Topology, imp: Impairment) -> None:
     """Every impairment the spec asks for can be done by the chosen backend (ValidationError naming the
     field and the fix, before anything is built): the userspace daemons hold packet ids, not payloads,
-    so they can neither duplicate nor corrupt a packet."""
-    if imp.backend != "userspace":
-        return
+    so they can neither duplicate nor corrupt a packet; under netem a Gilbert-Elliott chain cannot
+    share a leaf with order-kept jitter (:func:`refuse_driven_gilbert_elliott`)."""
     where = [(f"links[{i}].{d}", s) for i, lk in enumerate(topo.links)
              for d, s in (("forward", lk.forward), ("reverse", lk.reverse))]
     where += [(f"dcs[{i}].lan", dc.lan) for i, dc in enumerate(topo.dcs)]
     for path, shape in where:
-        uimp.refuse_payload_features(shape, path)
+        if imp.backend == "userspace":
+            uimp.refuse_payload_features(shape, path)
+        elif imp.backend == "netem":
+            refuse_driven_gilbert_elliott(shape, path)
+
+
+def refuse_driven_gilbert_elliott(shape: LinkShape, field: str = "") -> None:
+    """netem resets a Gilbert-Elliott chain to its good state on every change that carries the model
+    (the kernel's get_loss_clg), and the jitter driver changes an order-kept jittered leaf every
+    interval: the bursts would be cut short and the loss rate fall well below the spec's."""
+    if shape.gilbert_elliott and driven(shape):
+        raise ValidationError(f"{field}.gilbert_elliott" if field else "gilbert_elliott",
+                              "under netem, Gilbert-Elliott loss cannot share a link direction with order-kept jitter: "
+                              "netem restarts the chain in its good state at every change, and the jitter driver "
+                              f"changes the leaf every {interval_s(shape.jitter_s, shape.jitter_interval_s) * 1e3:g} ms",
+                              "use reorder: true (netem draws the jitter itself), the userspace backend "
+                              "(--impairment userspace: its chain keeps its state), or independent loss")
 
 
 def check_transport(topo: Topology) -> None:
@@ -878,6 +894,8 @@ class EmulatedNetwork:
     def _change(self, node: str, ifname: str, what: str, old: LinkShape, new: LinkShape) -> None:
         assert self.impairment is not None
         backend = self.impairment.backend
+        if backend == "netem":
+            refuse_driven_gilbert_elliott(new, what)
         if backend == "none" and new.needs_netem:
             raise TrafficControlError(f"{what}: cannot apply {new.describe()}: this network was built without an "
                                       "impairment backend (--impairment none) (fix: bring it up with "

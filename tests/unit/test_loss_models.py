@@ -143,3 +143,21 @@ def test_verify_loss_interval_covers_gilbert_elliott_counts():
     assert inside / trials >= 0.96, (inside, lo, hi)
     assert binomial_inside / trials < 0.85  # the measurement that shows why the model's interval is needed
     assert loss_interval(n, LinkShape(delay_s=0.01, loss_pct=2)) == binomial_interval(n, 0.02)
+
+
+def test_netem_refuses_a_gilbert_elliott_chain_the_jitter_driver_would_restart():
+    """netem restarts the chain in its good state at every change carrying the model (get_loss_clg), and the
+    jitter driver changes an order-kept jittered leaf every interval: refused before anything is built."""
+    from testbed.network.emulation import Impairment, check_backend_features
+    from topologies import from_dict
+
+    def topo(**extra):
+        return from_dict({"name": "ge", "dcs": ["a", "b"], "links": [
+            {"a": "a", "b": "b", "delay": "10ms", "forward": {"gilbert_elliott": {"p": "1%", "r": "25%"}, **extra}}]})
+
+    with pytest.raises(ValidationError) as e:
+        check_backend_features(topo(jitter="2ms"), Impairment("netem", True))
+    assert e.value.field == "links[0].forward.gilbert_elliott" and "reorder: true" in str(e.value)
+    check_backend_features(topo(jitter="2ms", reorder=True), Impairment("netem", True))  # netem's own draws
+    check_backend_features(topo(jitter="2ms"), Impairment("userspace", False))  # the daemon keeps its state
+    check_backend_features(topo(), Impairment("netem", True))  # no jitter, no driver
