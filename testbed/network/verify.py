@@ -65,6 +65,9 @@ RTT_ABS_TOL_S = 1e-3
 #: A goodput failure above this rate on a network without GSO names ``gso: true`` (measured: one flow
 #: segmented in software reached 1.03-1.19 Gbit/s on the 2-core development machine).
 GSO_HINT_BPS = 0.8e9
+#: A goodput failure above this rate through a userspace daemon names its per-packet cost (measured on the
+#: 2-core development machine, wire packets, 8 ms: README "Delay without netem").
+DAEMON_HINT_BPS = 200e6
 RTT_REL_TOL = 0.05
 GOODPUT_MIN_RATIO = 0.97
 #: Host part of a temporary probe endpoint's address on its DC's LAN (hosts .1-.64, PS .200, router .254).
@@ -218,9 +221,16 @@ def _verify_link(net: EmulatedNetwork, eps: Endpoints, w: WanPlan, seconds: floa
         lossy = (shape.expected_loss_pct > 0 or shape.corrupt_pct > 0
                  or (applied and shape.jitter_s > 0 and shape.reorder))
         status = "info" if lossy else ("pass" if ratio >= GOODPUT_MIN_RATIO else "fail")
-        hint = ("every packet is segmented in software without GSO: past ~1 Gbit/s per flow a small machine's CPU "
-                "is the limit; `gso: true` in the spec lifts it (queue limits then count 64 KiB skbs)"
-                if status == "fail" and not net.topo.gso and rate > GSO_HINT_BPS else None)
+        hint = None
+        if status == "fail" and not net.topo.gso and rate > GSO_HINT_BPS:
+            hint = ("every packet is segmented in software without GSO: past ~1 Gbit/s per flow a small machine's "
+                    "CPU is the limit; `gso: true` in the spec lifts it (queue limits then count 64 KiB skbs)")
+        elif (status == "fail" and not net.topo.gso and rate > DAEMON_HINT_BPS and shape.needs_netem
+              and net.impairment is not None and net.impairment.backend == "userspace"):
+            hint = ("the userspace backend's daemon gives every wire packet its own verdict in Python: past "
+                    f"~{DAEMON_HINT_BPS / 1e6:.0f} Mbit/s per direction a small machine's CPU is the limit (README "
+                    "'Delay without netem'); `gso: true` (64 KiB skbs, ~40x fewer verdicts) or the netem backend "
+                    "(a kernel with sch_netem, or `testbed lab`) lift it")
         checks.append(Check("link_goodput", f"{src}->{dst}", ideal, res["bps"], "bit/s",
                             f"measured/ideal >= {GOODPUT_MIN_RATIO} (ideal = path rate x 1448/1514)", status,
                             {"ratio": ratio, "rate_bps": shape.rate_bps, "bottleneck": bottleneck,

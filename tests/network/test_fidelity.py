@@ -182,8 +182,10 @@ CHORD = {
               # a chord least-delay routing never takes (a->c goes via b: 8 ms < 30 ms)
               {"a": "a", "b": "c", "rate": "100Mbit", "delay": "30ms"},
               # asymmetric, fast
-              {"a": "c", "b": "d", "forward": {"rate": "400Mbit", "delay": "8ms"},
-               "reverse": {"rate": "150Mbit", "delay": "3ms"}}],
+              # asymmetric, the fastest (the userspace daemons hold every wire packet: at 400 Mbit/s this
+              # direction read 0.77-0.99 of the ideal, run to run; README "Delay without netem")
+              {"a": "c", "b": "d", "forward": {"rate": "150Mbit", "delay": "8ms"},
+               "reverse": {"rate": "60Mbit", "delay": "3ms"}}],
 }
 
 
@@ -204,7 +206,7 @@ def test_verify_measures_every_link_direction_over_that_link(topo_file):
     assert goodput["a->c"]["extra"]["pinned"] and goodput["c->a"]["extra"]["pinned"]
     assert not goodput["a->b"]["extra"]["pinned"]
     assert goodput["a->b"]["extra"]["probe_endpoints"] == ["b-vp"]  # b has no trainer hosts
-    assert goodput["c->d"]["expected"] == pytest.approx(400e6 * 1448 / 1514)
+    assert goodput["c->d"]["expected"] == pytest.approx(150e6 * 1448 / 1514)
     rtt = [c for c in d["checks"] if c["kind"] in ("link_rtt", "pair_rtt", "impairment")]
     print("MEASURED verify RTT min/expected (ms): "
           + ", ".join(f"{c['subject']} {c['measured'] * 1e3:.2f}/{c['expected'] * 1e3:.2f}" for c in rtt
