@@ -22,6 +22,21 @@ from traffic_control.shape import LinkShape
 from traffic_control.userspace import ImpairmentShape
 
 
+def _netem_round_trip(params):
+    """A leaf's netem parameters encoded by pyroute2 (with the testbed's codec) and decoded back."""
+    from pyroute2.netlink.rtnl.tcmsg import sched_netem
+
+    netem_codec.install()
+    params = dict(params)
+    params.pop("rate")
+    msg = sched_netem.options()
+    msg.setvalue(sched_netem.get_parameters(params))
+    msg.encode()
+    back = sched_netem.options(msg.data)
+    back.decode()
+    return back
+
+
 @pytest.mark.parametrize("name", delay_dist.TABLE_DISTRIBUTIONS)
 def test_tables_are_standardized_int16_arrays(name):
     t = delay_dist.table(name)
@@ -70,19 +85,11 @@ def test_spec_and_backends_carry_the_distribution():
     assert to_impairment_shape(shape).distribution == "pareto"
     assert ImpairmentShape(delay_s=0.01, jitter_s=0.004, distribution="paretonormal").distribution == "paretonormal"
     # netem, reorder: the table travels in TCA_NETEM_DELAY_DIST, encoded by pyroute2
-    from pyroute2.netlink.rtnl.tcmsg import sched_netem
 
     netem_codec.install()
     op = leaf_op(shape, "add", True)
     assert op.params["delay_dist"] == "pareto" and "distribution pareto" in " ".join(op.argv)
-    params = dict(op.params)
-    params.pop("rate")
-    msg = sched_netem.options()
-    msg.setvalue(sched_netem.get_parameters(params))
-    msg.encode()
-    back = sched_netem.options(msg.data)
-    back.decode()
-    raw = back.get_attr("TCA_NETEM_DELAY_DIST")
+    raw = _netem_round_trip(op.params).get_attr("TCA_NETEM_DELAY_DIST")
     assert struct.unpack(f"={delay_dist.SIZE}h", raw) == delay_dist.table("pareto")
     # order kept: the jitter driver sets the interval's delay, jitter 0, no table on its changes
     from traffic_control.jitter_driver import Leaf
@@ -144,7 +151,6 @@ def test_the_userspace_scheduler_reorders_like_netem():
 
 
 def test_reorder_travels_to_netem_and_reads_back():
-    from pyroute2.netlink.rtnl.tcmsg import sched_netem
 
     netem_codec.install()
     shape = LinkShape.from_dict({"delay": "10ms", "reorder_probability": "25%", "reorder_gap": 5})
@@ -153,14 +159,7 @@ def test_reorder_travels_to_netem_and_reads_back():
     assert "reorder 25% gap 5" in " ".join(op.argv)
 
     def round_trip(params):
-        params = dict(params)
-        params.pop("rate")
-        msg = sched_netem.options()
-        msg.setvalue(sched_netem.get_parameters(params))
-        msg.encode()
-        back = sched_netem.options(msg.data)
-        back.decode()
-        return netem_codec.reorder_of(back)
+        return netem_codec.reorder_of(_netem_round_trip(params))
 
     got = round_trip(op.params)
     assert got["reorder_gap"] == 5 and got["reorder_pct"] == pytest.approx(25)
