@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyroute2 import IPRoute, NetNS, netns
@@ -476,6 +476,7 @@ class EmulatedNetwork:
             for attr, key in (("forward", f"{w.a}->{w.b}"), ("reverse", f"{w.b}->{w.a}")):
                 if key in rec.get("links", {}):
                     object.__setattr__(w, attr, LinkShape(**rec["links"][key]))
+        net._resize_lans(net._live_queue_rtts(), apply=False)  # what an earlier `net set` left in the kernel
         for d in rec.get("userspace", []):
             point = uimp.Point(d["node"], d["ifname"], d["what"])
             try:
@@ -557,18 +558,20 @@ class EmulatedNetwork:
                     return
         raise ValidationError("link", f"no WAN link {a}->{b}", f"name two adjacent DCs ({self._link_names()})")
 
-    def _resize_queues(self) -> list[LinkShape]:
-        """After a delay changed: give every other WAN direction with a derived limit the queue a network
-        built with the live delays would have (its flows' round trips changed; the routes did not).
-
-        LAN queues keep their size (they follow the longest round trip from their DC, which a WAN
-        delay change moves too; README "Queues" says so).  Returns the shapes that were changed.
-        """
+    def _live_queue_rtts(self) -> dict[tuple[str, str], float]:
+        """``Topology.queue_rtts`` with the live WAN delays (a change may have moved them)."""
         delays = {}
         for w in self.plan.wans:
             delays[(w.a, w.b)], delays[(w.b, w.a)] = w.forward.delay_s, w.reverse.delay_s
-        rtts = self.topo.queue_rtts(delays)
-        changed = []
+        return self.topo.queue_rtts(delays)
+
+    def _resize_queues(self) -> list[LinkShape]:
+        """After a delay changed: give every other WAN direction and every LAN queue with a derived limit
+        the queue a network built with the live delays would have (its flows' round trips changed; the
+        routes did not).  Returns the shapes that were changed (WAN and LAN impairments).
+        """
+        rtts = self._live_queue_rtts()
+        changed = self._resize_lans(rtts, apply=True)
         for w in self.plan.wans:
             for src, dst, node, ifn, attr in ((w.a, w.b, w.a_router, w.a_if, "forward"),
                                               (w.b, w.a, w.b_router, w.b_if, "reverse")):
@@ -580,6 +583,58 @@ class EmulatedNetwork:
                     changed.append(new)
                     self.log(f"{src}->{dst}: queue {cur.netem_limit} -> {new.netem_limit} packets "
                               f"(its flows' longest round trip is now {new.queue_rtt_s * 1e3:.1f} ms)")
+        return changed
+
+    def _resize_lans(self, rtts: dict[tuple[str, str], float], *, apply: bool) -> list[LinkShape]:
+        """Each DC's LAN queues (node egress, switch ports, the switch's userspace daemon) sized for the
+        longest round trip from that DC (``rtts[(dc, dc)]``), as ``plan_network`` sizes them.
+
+        ``apply=False`` only brings the plan in line (a process attaching to a network whose delays an
+        earlier ``net set`` changed: the kernel already holds these sizes).  Returns the LAN impairment
+        shapes that changed (node egress and switch daemons).
+        """
+        backend = self.impairment.backend if self.impairment is not None else "none"
+        changed: list[LinkShape] = []
+
+        def requeued(shape: LinkShape | None, rtt: float) -> LinkShape | None:
+            if shape is None or shape.limit is not None:
+                return shape
+            new = shape.with_changes(queue_rtt_s=rtt)
+            return shape if new.netem_limit == shape.netem_limit else new
+
+        for node in self.plan.nodes.values():
+            rtt = rtts[(node.dc, node.dc)]
+            for i, ifc in enumerate(node.ifaces):
+                if ifc.peer_node:
+                    continue
+                egress, port = requeued(ifc.egress, rtt), requeued(ifc.port_egress, rtt)
+                if egress is ifc.egress and port is ifc.port_egress:
+                    continue
+                if apply and egress is not ifc.egress and ifc.egress is not None \
+                        and (backend == "netem" or ifc.egress.rate_bps):
+                    leaf_netem = backend == "netem" and ifc.egress.needs_netem
+                    tcnl.change(ifc.name, ifc.egress, egress, netns=self.netns(node.name), netem=leaf_netem,
+                                handle=self._handles.get(node.name),
+                                seed=self._qdisc_seed(node.name, ifc.name) if leaf_netem else None)
+                if apply and port is not ifc.port_egress and ifc.port_egress is not None:
+                    tcnl.change(ifc.port, ifc.port_egress, port, netns=ifc.switch_netns, netem=False,
+                                handle=self._sw_handles.get(ifc.switch_netns or ""))
+                node.ifaces[i] = replace(ifc, egress=egress, port_egress=port)
+                if egress is not ifc.egress and egress is not None and egress.needs_netem:
+                    changed.append(egress)  # a jittered LAN leaf: the caller syncs the jitter driver
+                if apply and node.role == "router" and ifc.egress is not None and egress is not None:
+                    self.log(f"LAN of {node.dc}: queues {ifc.egress.netem_limit} -> {egress.netem_limit} packets "
+                             f"(its flows' longest round trip is now {rtt * 1e3:.1f} ms)")
+        for k, sw in enumerate(self.plan.switches):
+            imp_shape = requeued(sw.lan_impairment, rtts[(sw.dc, sw.dc)])
+            if imp_shape is sw.lan_impairment or imp_shape is None:
+                continue
+            if apply and backend == "userspace":
+                for imp in self.userspace:
+                    if imp.point.what == f"lan:{sw.dc}":
+                        uimp.change(imp, imp_shape)
+            self.plan.switches[k] = replace(sw, lan_impairment=imp_shape)
+            changed.append(imp_shape)
         return changed
 
     def _link_names(self) -> str:

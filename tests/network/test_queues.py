@@ -158,10 +158,16 @@ def test_a_first_hop_queue_is_sized_for_the_relayed_path():
 
 def test_a_delay_change_resizes_the_queues_of_the_paths_it_lengthens():
     """net set b c --delay 60ms on the running relay network: a -> b (1 ms) now carries a 122 ms round trip,
-    so its queue grows to what a network built with 60 ms would have; every direction matches such a network
-    (the kernel's limit read back, and the userspace daemon's), and going back restores the first sizes."""
+    so its queue grows to what a network built with 60 ms would have; every WAN direction and every LAN queue
+    (a's and c's LANs have a rate, a's a delay too) matches such a network (the kernel's limits read back,
+    and the userspace daemons'), a process attaching afterwards plans the same sizes, and going back
+    restores the first sizes."""
     require_root_tools()
     from testbed.network.addressing import plan_network
+    from testbed.network.emulation import EmulatedNetwork
+
+    lans = {"a": {"rate": "1Gbit", "delay": "1ms"}, "c": {"rate": "1Gbit"}}
+    spec = {**RELAY, "dcs": [{**d, "lan": lans[d["name"]]} if d["name"] in lans else d for d in RELAY["dcs"]]}
 
     def limits(net) -> dict[str, int]:
         rb = net.read_back()
@@ -172,25 +178,56 @@ def test_a_delay_change_resizes_the_queues_of_the_paths_it_lengthens():
                 for d in net.userspace:  # the daemon holds the same bound
                     if (d.node, d.ifname) == (node, ifn):
                         assert d.shape.limit == out[key], key
+        for node in net.plan.nodes.values():  # LAN: node egress and switch port, as the kernel holds them
+            for ifc in node.ifaces:
+                if not ifc.peer_node:
+                    if f"{node.name}:{ifc.name}" in rb:
+                        out[f"{node.name}:{ifc.name}"] = rb[f"{node.name}:{ifc.name}"]["shape"]["limit"]
+                    where = ifc.switch_netns or "root"
+                    if f"{where}:{ifc.port}" in rb:
+                        out[f"{where}:{ifc.port}"] = rb[f"{where}:{ifc.port}"]["shape"]["limit"]
+        for d in net.userspace:
+            if d.point.what.startswith("lan:"):
+                out[d.point.what] = d.shape.limit
         return out
 
-    def built(spec) -> dict[str, int]:
+    def built(spec, backend: str) -> dict[str, int]:
         plan = plan_network(from_dict(spec), with_ps=False)
-        return {f"{w.a}->{w.b}": w.forward.netem_limit for w in plan.wans} | \
-               {f"{w.b}->{w.a}": w.reverse.netem_limit for w in plan.wans}
+        out = {f"{w.a}->{w.b}": w.forward.netem_limit for w in plan.wans} | \
+              {f"{w.b}->{w.a}": w.reverse.netem_limit for w in plan.wans}
+        for node in plan.nodes.values():
+            for ifc in node.ifaces:
+                if ifc.peer_node:
+                    continue
+                if ifc.egress is not None and (backend == "netem" or ifc.egress.rate_bps):
+                    out[f"{node.name}:{ifc.name}"] = ifc.egress.netem_limit
+                if ifc.port_egress is not None:
+                    out[f"{ifc.switch_netns or 'root'}:{ifc.port}"] = ifc.port_egress.netem_limit
+        if backend == "userspace":
+            out |= {f"lan:{sw.dc}": sw.lan_impairment.netem_limit for sw in plan.switches if sw.lan_impairment}
+        return out
 
-    longer = {**RELAY, "links": [RELAY["links"][0], {**RELAY["links"][1], "delay": "60ms"}]}
-    with network(from_dict(RELAY), with_ps=False, impairment="auto") as net:
+    longer = {**spec, "links": [spec["links"][0], {**spec["links"][1], "delay": "60ms"}]}
+    with network(from_dict(spec), with_ps=False, impairment="auto") as net:
         if net.impairment is None or net.impairment.skipped:
             pytest.skip("delays are not applied on this machine")
+        backend = net.impairment.backend
         before = limits(net)
-        assert before == built(RELAY)
+        assert before == built(spec, backend)
+        lan_a = [f"{n.name}:{i.name}" for n in net.plan.hosts("a", role=None) for i in n.ifaces if not i.peer_node]
+        lan_a = [k for k in lan_a if k in before] + [k for k in before if k == "lan:a"]
+        assert lan_a, before  # a's LAN queues are read back
         for a, b in (("b", "c"), ("c", "b")):
             net.change_link(a, b, net.shape_of(a, b).with_changes(delay_s=0.060))
         after = limits(net)
         print(f"queue limits before {before}, after b-c 30 -> 60 ms {after}")
-        assert after == built(longer)
+        assert after == built(longer, backend)
         assert after["a->b"] > 1.8 * before["a->b"]
+        assert all(after[k] > 1.8 * before[k] for k in lan_a), (lan_a, before, after)
+        attached = EmulatedNetwork.attach()  # a later `net set` process plans from the live sizes
+        assert {n: [i.egress for i in p.ifaces] for n, p in attached.plan.nodes.items()} == \
+               {n: [i.egress for i in p.ifaces] for n, p in net.plan.nodes.items()}
+        assert attached.plan.switches == net.plan.switches
         for a, b in (("b", "c"), ("c", "b")):
             net.change_link(a, b, net.shape_of(a, b).with_changes(delay_s=0.030))
         assert limits(net) == before
