@@ -4,8 +4,8 @@
 (yours, in a notebook or a multi-panel figure) and returns it; with
 ``legend=True`` it puts its legend inside that Axes, and
 :func:`legend_handles` gives the entries for a legend of your own.
-``<figure>(data, out_dir, ...)`` (timeline, convergence, breakdown, links,
-staleness, sweep, plan) makes a column-wide figure, draws, puts the legend
+``<figure>(data, out_dir, ...)`` (timeline, convergence, breakdown, schemes,
+links, staleness, sweep, plan) makes a column-wide figure, draws, puts the legend
 above the axes, writes ``<name>.pdf`` and ``<name>.png`` into ``out_dir``
 and returns the paths.  When the input holds nothing to draw, both raise
 :class:`NoData` with the reason, so the report can say what was skipped and
@@ -513,6 +513,77 @@ def breakdown(steps: pd.DataFrame, out_dir: Path, name: str = "breakdown", note:
         draw_breakdown(ax, steps, legend=False)
         handles = legend_handles(ax)
         _legend_top(fig, handles, 3)
+        _compute_note(fig, note, warning)
+        return style.save_figure(fig, out_dir, name)
+
+
+# --------------------------------------------------------------------------- scheme comparison
+
+#: trial_summary column -> axis label, scale; the panels of :func:`schemes`
+SCHEME_METRICS = {"time_to_target_s": ("Time to target (s)", 1.0),
+                  "compute_utilization": ("Compute utilization (%)", 100.0)}
+
+
+def _scheme_values(trials: pd.DataFrame, metric: str) -> dict[str, np.ndarray]:
+    if trials.empty or metric not in trials.columns or "scheme" not in trials.columns:
+        raise NoData(f"no per-trial {metric}")
+    vals = {sc: pd.to_numeric(trials.loc[trials["scheme"] == sc, metric], errors="coerce").dropna()
+            .to_numpy(float) for sc in style.sort_schemes(trials["scheme"].dropna().unique())}
+    if not any(len(v) for v in vals.values()):
+        raise NoData(f"no trial has a {metric} (target never reached, or no worker spans)")
+    return vals
+
+
+def draw_scheme_bars(ax: Axes, trials: pd.DataFrame, metric: str = "time_to_target_s") -> Axes:
+    """One horizontal bar per scheme: the mean over trials of ``metric`` with its 95 % interval; each
+    trial as a dot.  A scheme whose trials never reached the target is listed with "n/a" (how many
+    reached it is in the label, so a mean over the lucky few does not pass for the scheme's)."""
+    label, scale = SCHEME_METRICS.get(metric, (metric, 1.0))
+    total = trials.groupby("scheme").size()
+    vals = _scheme_values(trials, metric)
+    ys = np.arange(len(vals))[::-1]
+    names = []
+    for y, (scheme, v) in zip(ys, vals.items(), strict=True):
+        st = style.scheme_style(scheme)
+        n_all = int(total.get(scheme, len(v)))
+        names.append(f"{scheme} ({len(v)}/{n_all})" if len(v) < n_all else scheme)
+        if not len(v):
+            ax.text(0, y, " n/a", va="center", ha="left", fontsize="small")
+            continue
+        mean, hw, _ = ci95(v * scale)
+        ax.barh(y, mean, height=0.62, **style.fill_kw(st["color"], style.scheme_hatch(scheme)))
+        if not math.isnan(hw):
+            ax.errorbar(mean, y, xerr=hw, color="black", capsize=2, linewidth=0.8)
+        ax.plot(v * scale, np.full(len(v), y), linestyle="none", marker=st["marker"], markersize=2.5,
+                markerfacecolor="white", markeredgecolor="black", markeredgewidth=0.5)
+    ax.set_yticks(ys, names)
+    ax.set_ylim(-0.6, len(vals) - 0.4)
+    ax.set_xlabel(label)
+    ax.set_xlim(left=0, right=100 if metric == "compute_utilization" else None)
+    ax.grid(axis="y", visible=False)
+    ax.tick_params(axis="y", length=0)
+    return ax
+
+
+def schemes(trials: pd.DataFrame, out_dir: Path, name: str = "schemes", note: str | None = None,
+            warning: str | None = None) -> list[Path]:
+    """Time to target and compute utilization per scheme (mean, 95 % interval, every trial), one panel
+    each, stacked; a panel with nothing to draw is left out.  Returns [pdf, png]."""
+    metrics = []
+    for m in SCHEME_METRICS:
+        try:
+            _scheme_values(trials, m)
+            metrics.append(m)
+        except NoData:
+            continue
+    if not metrics:
+        raise NoData("no trial has a time to target or a compute utilization")
+    n = trials["scheme"].nunique()
+    with style.paper_style():
+        fig, axes = style.new_figure(len(metrics) * (0.55 + 0.24 * n) + 0.2 * (bool(note) + bool(warning)),
+                                     nrows=len(metrics))
+        for ax, m in zip(np.atleast_1d(axes), metrics, strict=True):
+            draw_scheme_bars(ax, trials, m)
         _compute_note(fig, note, warning)
         return style.save_figure(fig, out_dir, name)
 

@@ -199,7 +199,7 @@ def unfaithful_text(trials: pd.DataFrame) -> str | None:
 
 def _scheme_table(summary: pd.DataFrame, group_cols: list[str]) -> list[str]:
     head = [c.removeprefix("sweep_") for c in group_cols] + [
-        "trials", "time to target (s)", "throughput (worker steps/s)", "updates/s",
+        "trials", "time to target (s)", "throughput (worker steps/s)", "updates/s", "compute utilization",
         "exposed sync share", "waiting share", "mean staleness", "WAN (MB)", "final loss"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for _, r in summary.iterrows():
@@ -207,7 +207,7 @@ def _scheme_table(summary: pd.DataFrame, group_cols: list[str]) -> list[str]:
             return r.get(m, math.nan), r.get(f"{m}_ci95", math.nan)
         cells = [str(r[c]) for c in group_cols] + [
             str(int(r["trials"])), _fmt(*g("time_to_target_s")), _fmt(*g("steps_per_s")),
-            _fmt(*g("updates_per_s")), _pct(*g("exposed_sync_share")), _pct(*g("wait_share")),
+            _fmt(*g("updates_per_s")), _pct(*g("compute_utilization")), _pct(*g("exposed_sync_share")), _pct(*g("wait_share")),
             _fmt(*g("mean_staleness")), _fmt(*g("wan_bytes"), scale=1e-6),
             _fmt(*g("final_loss"))]
         lines.append("| " + " | ".join(cells) + " |")
@@ -261,7 +261,9 @@ def summary_markdown(root: Path, kind: str, summary: pd.DataFrame, trials: pd.Da
         lines += ["",
                   "Definitions: *throughput* = worker steps completed per second of trial wall "
                   "time, summed over workers (multiply by the batch size for samples/s); "
-                  "*updates/s* = model updates applied per second (metrics.csv); *exposed sync "
+                  "*updates/s* = model updates applied per second (metrics.csv); *compute "
+                  "utilization* = time the workers spent computing over workers x the trial's wall "
+                  "time (as cross-continent training reports give it); *exposed sync "
                   "share* = time a worker's main thread spent synchronizing (or blocked on its "
                   "comm thread) while not computing, over step time; *waiting* = other blocked "
                   "time (barriers, SSP bound); *WAN* = bytes sent on all sampled WAN egresses "
@@ -343,6 +345,14 @@ def _draw_common(t: tables.Tables, tabs: dict[str, pd.DataFrame], fig_dir: Path,
         add("figure convergence_acc", lambda: figures.convergence(tabs["metrics"], fig_dir, "acc", note=note,
                                                                   warning=warn))
     add("figure breakdown", lambda: figures.breakdown(tabs["steps"], fig_dir, note=note, warning=warn))
+    trials = tabs["trials"]
+    wls = trials["workload"].dropna().unique() if "workload" in trials.columns else []
+    if len(wls) > 1:  # a time to target is per workload: one figure each
+        for wl in wls:
+            add(f"figure schemes_{wl}", lambda wl=wl: figures.schemes(
+                trials[trials["workload"] == wl], fig_dir, name=f"schemes_{wl}", note=note, warning=warn))
+    else:
+        add("figure schemes", lambda: figures.schemes(trials, fig_dir, note=note, warning=warn))
     add("figure staleness", lambda: figures.staleness(tabs["staleness"], fig_dir))
 
 

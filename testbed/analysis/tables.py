@@ -439,6 +439,7 @@ def trial_summary(t: Tables, target_loss: float | None = None,
         total = float(st["step_s"].sum()) if len(st) else 0.0
         for part in ("compute", "exposed_sync", "wait", "hidden_sync"):
             row[f"{part}_share"] = float(st[f"{part}_s"].sum()) / total if total > 0 else math.nan
+        row["compute_utilization"] = compute_utilization(st, dur)
         if not m.empty and "updates" in m.columns and m["updates"].notna().any():
             last = m.sort_values("wall_s").dropna(subset=["updates"]).iloc[-1]
             row["updates_per_s"] = float(last["updates"]) / float(last["wall_s"]) \
@@ -463,6 +464,23 @@ def trial_summary(t: Tables, target_loss: float | None = None,
     return pd.DataFrame(rows)
 
 
+def compute_utilization(steps: pd.DataFrame, duration_s: float) -> float:
+    """Time the workers spent computing over the trial's wall time, averaged over workers.
+
+    The measure cross-continent training reports give (e.g. INTELLECT-1's "compute utilization"):
+    every worker's compute time (``step_breakdown``'s ``compute_s``, summed over its steps), divided by
+    the number of workers x the trial's wall time (first worker span to last).  A scheme that hides its
+    synchronization behind compute, or rarely synchronizes (local SGD), scores near 1; one that waits
+    on the WAN or a straggler every step scores low.  Unlike ``compute_share`` it counts time outside
+    any step (rendezvous, a worker idle after finishing its steps) as not computing, so schemes whose
+    workers stop at different times are compared on one clock.
+    """
+    if steps.empty or not duration_s or not math.isfinite(duration_s) or duration_s <= 0:
+        return math.nan
+    workers = steps["rank"].nunique()
+    return float(steps["compute_s"].sum()) / (workers * duration_s) if workers else math.nan
+
+
 def _wan_bytes(links: pd.DataFrame) -> float:
     """Bytes sent over all sampled WAN egresses (last minus first cumulative tx counter)."""
     if links.empty or "tx_bytes" not in links.columns:
@@ -475,7 +493,7 @@ def _wan_bytes(links: pd.DataFrame) -> float:
     return tot
 
 
-SUMMARY_METRICS = ["time_to_target_s", "steps_per_s", "updates_per_s", "exposed_sync_share",
+SUMMARY_METRICS = ["time_to_target_s", "steps_per_s", "updates_per_s", "compute_utilization", "exposed_sync_share",
                    "wait_share", "mean_staleness", "wan_bytes", "final_loss"]
 
 

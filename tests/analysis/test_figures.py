@@ -51,6 +51,26 @@ def test_breakdown_links_staleness(tabs: dict, tmp_path: Path, layout_log: list[
     assert layout_log == []
 
 
+def test_schemes(tabs: dict, tmp_path: Path, layout_log: list[str]) -> None:
+    trials = tabs["trials"].copy()
+    _ok(F.schemes(trials, tmp_path))
+    # a scheme that missed the target in some trials says how many reached it; one with none "n/a"
+    trials["time_to_target_s"] = [float("nan") if i % 2 else 5.0 + i for i in range(len(trials))]
+    fig, ax = _axes()
+    F.draw_scheme_bars(ax, trials, "time_to_target_s")
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert any("/" in lab for lab in labels), labels
+    _ok(F.schemes(trials, tmp_path, name="schemes_partial"))
+    assert layout_log == []
+    with pytest.raises(F.NoData):
+        F.schemes(trials.assign(time_to_target_s=float("nan"), compute_utilization=float("nan")), tmp_path)
+
+
+def _axes():  # noqa: ANN202
+    with style.paper_style():
+        return style.new_figure(2.0)
+
+
 def test_sweep(tmp_path: Path, layout_log: list[str]) -> None:
     rows = [{"scheme": s, "groups": g, "steps_per_s": 10 + g * (1 if s == "gsyn" else 0.2) + r}
             for s in ("gsyn", "bsp-ring", "asp") for g in (1, 2, 4, 8) for r in range(3)]

@@ -71,6 +71,16 @@ def test_step_breakdown_definitions(tmp_path: Path) -> None:
     assert (st["other_s"] >= 0).all()
 
 
+def test_compute_utilization_counts_time_outside_steps_as_idle() -> None:
+    """Two workers over a 1 s trial: one computes 0.6 s, the other 0.2 s and then sits idle (no step
+    spans): utilization is (0.6 + 0.2) / (2 x 1 s) = 0.4, while the per-step compute share would
+    read the second worker's steps only."""
+    steps = pd.DataFrame({"rank": [0, 0, 1], "step": [0, 1, 0], "compute_s": [0.3, 0.3, 0.2]})
+    assert T.compute_utilization(steps, 1.0) == pytest.approx(0.4)
+    assert math.isnan(T.compute_utilization(steps, 0.0))
+    assert math.isnan(T.compute_utilization(steps.iloc[0:0], 1.0))
+
+
 def test_run_tables(run_dir: Path) -> None:
     t = T.load(run_dir)
     assert t.problems == []
@@ -90,7 +100,12 @@ def test_run_tables(run_dir: Path) -> None:
     per = lr.groupby(["trial", "direction", "t_s"]).size()
     assert (per == 1).all()
     summ = tabs["summary"]
-    assert {"time_to_target_s", "time_to_target_s_ci95", "exposed_sync_share"} <= set(summ.columns)
+    assert {"time_to_target_s", "time_to_target_s_ci95", "exposed_sync_share",
+            "compute_utilization", "compute_utilization_ci95"} <= set(summ.columns)
+    util = trials["compute_utilization"]
+    assert util.between(0, 1).all() and util.gt(0).all(), util
+    # below the per-step compute share: the trial's wall time includes time outside any step
+    assert (util <= trials["compute_share"] + 1e-9).all()
 
 
 def test_link_rates_from_counters() -> None:
