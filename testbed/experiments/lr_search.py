@@ -296,7 +296,8 @@ def run_lr_search(spec: ExperimentSpec, run_dir: Path, trial_fn: TrialFn | None 
             tdir = out / scheme.label / _name(v)
             log(f"lr search {scheme.label}: lr {v:g} (seed {search.seed}) ...")
             if progress is not None:
-                progress.start_trial(f"lr search {scheme.label} {_name(v)}", training["stop"].get("steps"))
+                progress.start_trial(f"lr search {scheme.label} {_name(v)}", training["stop"].get("steps"),
+                                     training["stop"].get("wall_s"))
             tr = trial_fn(sspec, run, 0, tdir, progress=getattr(progress, "update", None), log=log,
                           stop_flag=stopped)
             if progress is not None:

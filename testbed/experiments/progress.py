@@ -17,6 +17,9 @@ import sys
 import time
 from typing import Any, TextIO
 
+from traffic_control.errors import ValidationError
+from traffic_control.units import parse_time
+
 PLAIN_INTERVAL_S = 10.0
 
 
@@ -40,6 +43,7 @@ class Progress:
         self.interval_s = interval_s
         self.name = ""
         self.steps_total: int | None = None
+        self.wall_s: float | None = None  # the running trial's training-time bound
         self.step = 0
         self.loss = ""
         self._t_trial = self._t0 = time.monotonic()
@@ -91,8 +95,14 @@ class Progress:
         self.close()
 
     # -- what the runner and the trial report ------------------------------------------------------------
-    def start_trial(self, name: str, steps_total: int | None) -> None:
+    def start_trial(self, name: str, steps_total: int | None, wall_s: float | str | None = None) -> None:
+        """A trial starts; it ends after ``steps_total`` steps or ``wall_s`` of training, whichever first
+        (both feed the ETA: a run bounded by time, with a huge step count, gets a sane one)."""
         self.name, self.steps_total, self.step, self.loss = name, steps_total, 0, ""
+        try:
+            self.wall_s = parse_time(wall_s, "stop.wall_s") if wall_s is not None else None
+        except (ValueError, ValidationError):
+            self.wall_s = None
         self._t_trial = time.monotonic()
         if self._rich is not None:
             self._rich.reset(self._trial, total=steps_total or 1, completed=0, visible=True,
@@ -109,7 +119,7 @@ class Progress:
 
     def finish_trial(self) -> None:
         self.done += 1
-        self.steps_total = None
+        self.steps_total = self.wall_s = None
         if self._rich is not None:
             self._rich.update(self._trial, visible=False)
         self._refresh()
@@ -127,6 +137,8 @@ class Progress:
         part = 0.0
         if self.steps_total:
             part = min(1.0, self.step / self.steps_total)
+        if self.wall_s:  # the trial's time bound (its own start-up counts too: capped below 1)
+            part = max(part, min(0.99, (time.monotonic() - self._t_trial) / self.wall_s))
         return (self.done + part) / max(1, self.total)
 
     def eta_s(self) -> float | None:

@@ -118,7 +118,8 @@ def run_experiment(spec: ExperimentSpec, run_dir: Path | None = None, report: bo
                     break
                 tdir = run_dir / "trials" / f"{scheme.label}-r{rep}"
                 prog.log(f"trial {scheme.label} r{rep}: building {spec.topology.name} ...")
-                prog.start_trial(f"{scheme.label} r{rep}", (scheme.training.get("stop") or {}).get("steps"))
+                prog.start_trial(f"{scheme.label} r{rep}", (scheme.training.get("stop") or {}).get("steps"),
+                                 (scheme.training.get("stop") or {}).get("wall_s"))
                 interrupted["in_trial"] = True
                 try:
                     tr = trial_fn(spec, scheme, rep, tdir, progress=prog.update, log=prog.log,

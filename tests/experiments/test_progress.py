@@ -63,6 +63,25 @@ def test_fraction_and_eta_count_steps_of_the_running_trial() -> None:
     assert _fmt_eta(75) == "1:15" and _fmt_eta(3725) == "1:02:05" and _fmt_eta(None) == "-"
 
 
+def test_a_trial_bounded_by_time_counts_its_elapsed_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A huge step count with a 100 s wall bound: after 50 s at step 10 the trial is half done, not
+    1e-5 done (an ETA of hundreds of hours was printed before); never a whole trial before it ends."""
+    clock = [1000.0]
+    monkeypatch.setattr("testbed.experiments.progress.time.monotonic", lambda: clock[0])
+    p = Progress(2, stream=io.StringIO())
+    p.start_trial("asp r0", 1_000_000, "100s")
+    clock[0] += 50
+    p.update(step=10)
+    assert p.fraction() == pytest.approx(0.25)
+    assert p.eta_s() == pytest.approx(150)
+    clock[0] += 500
+    assert p.fraction() == pytest.approx(0.99 / 2)
+    p.finish_trial()
+    p.start_trial("gsyn r0", 1_000_000)  # no wall bound: steps only, as before
+    clock[0] += 50
+    assert p.fraction() == pytest.approx(0.5)
+
+
 @pytest.mark.parametrize("columns", [40, 100])
 def test_live_display_fits_the_terminal(monkeypatch: pytest.MonkeyPatch, columns: int) -> None:
     monkeypatch.setenv("COLUMNS", str(columns))
