@@ -204,6 +204,7 @@ def _run_points(out: Path, sweep: dict[str, Any], points: list[tuple[dict[str, A
     except OSError as e:
         raise ValidationError("results_dir", f"cannot write the sweep's results to {out}: {e.strerror}",
                               "use a writable directory (results_dir: in the sweep, or --out DIR)") from None
+    _refuse_changed_points(out, points)
     write_json_atomic(out / "sweep.json", {"spec": sweep, "points": [p for p, _ in points]}, indent=2)
     ran = 0
     for i, (point, exp) in enumerate(points):
@@ -227,10 +228,44 @@ def _run_points(out: Path, sweep: dict[str, Any], points: list[tuple[dict[str, A
         if res.interrupted:
             log("sweep interrupted; rerun the same command to resume")
             raise SweepInterrupted(out)
-        write_json_atomic(pdir / "done.json", {"point": point, "finished": time.time(),
+        write_json_atomic(pdir / "done.json", {"point": point, "experiment_hash": experiment_hash(exp),
+                                               "finished": time.time(),
                                                "failed": [f"{t.label}-r{t.rep}" for t in res.failed]})
     summarise(out, points, log)
     return out
+
+
+def experiment_hash(exp: dict[str, Any]) -> str:
+    """A point's whole experiment (the base with the point applied), hashed: what it really ran."""
+    return hashlib.sha256(json.dumps(exp, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _refuse_changed_points(out: Path, points: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    """Resuming must never pool a finished point run under another spec with new ones.
+
+    A point's id names its grid values only, so editing the base experiment (a target, a learning
+    rate, the compute model) and rerunning would otherwise skip the old points as "done" and mix two
+    experiments in one table.  Checked for every finished point before any point runs.
+    """
+    stale = []
+    for point, exp in points:
+        done = out / "points" / point_id(point) / "done.json"
+        if not done.is_file():
+            continue
+        try:
+            rec = json.loads(done.read_text())
+        except (OSError, ValueError):
+            continue
+        old = rec.get("experiment_hash")
+        if old is not None and old != experiment_hash(exp):
+            stale.append(point_id(point))
+    if stale:
+        raise ValidationError(
+            "sweep", f"{len(stale)} finished point(s) in {out} ran a different experiment than the sweep now "
+            f"describes (the base experiment or the sweep was edited since): {', '.join(stale[:3])}"
+            + (" ..." if len(stale) > 3 else ""),
+            f"run the changed sweep into a new folder (--out, or another name:), or delete those points' "
+            f"folders under {out / 'points'} to redo them")
 
 
 def summarise(out: Path, points: list[tuple[dict[str, Any], dict[str, Any]]], log: Any = print) -> Path:

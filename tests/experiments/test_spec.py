@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +81,27 @@ def test_sweep_expands_grid_and_validates_points(tmp_path: Path) -> None:
     with pytest.raises(ValidationError) as e:
         expand({**sweep, "grid": {"wan.colour": ["red"]}}, str(tmp_path / "sweep.yaml"))
     assert e.value.field == "grid.wan.colour"
+
+
+def test_resuming_a_sweep_whose_experiment_changed_is_refused(tmp_path: Path) -> None:
+    """A finished point run under another base experiment (a target or lr edited since) is never
+    skipped as "done" and pooled with new points: the CLI exits 2 naming the fix, nothing runs."""
+    from testbed.experiments.sweep import experiment_hash
+
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(BASE))
+    sweep = {"name": "sw", "experiment": "exp.yaml", "grid": {"seed": [1, 2]}}
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(sweep))
+    _, points = expand(sweep, str(tmp_path / "sweep.yaml"))
+    out = tmp_path / "out"
+    for k, (point, exp) in enumerate(points):  # point 1 ran this spec, point 2 an older one
+        d = out / "points" / point_id(point)
+        d.mkdir(parents=True)
+        h = experiment_hash(exp) if k == 0 else experiment_hash({**exp, "timeout": "999s"})
+        (d / "done.json").write_text(json.dumps({"point": point, "experiment_hash": h}))
+    before = sorted(p.name for p in out.rglob("*"))
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "sweep", str(tmp_path / "sweep.yaml"), "--out", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert "ran a different experiment" in r.stderr and point_id(points[1][0]) in r.stderr
+    assert "--out" in r.stderr  # the fix
+    assert sorted(p.name for p in out.rglob("*")) == before  # nothing ran, nothing written
