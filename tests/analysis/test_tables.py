@@ -104,6 +104,8 @@ def test_run_tables(run_dir: Path) -> None:
             "compute_utilization", "compute_utilization_ci95"} <= set(summ.columns)
     util = trials["compute_utilization"]
     assert util.between(0, 1).all() and util.gt(0).all(), util
+    skew = trials["start_skew_s"]
+    assert skew.ge(0).all() and skew.lt(trials["duration_s"]).all(), skew
     # below the per-step compute share: the trial's wall time includes time outside any step
     assert (util <= trials["compute_share"] + 1e-9).all()
 
