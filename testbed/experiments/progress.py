@@ -20,6 +20,9 @@ from typing import Any, TextIO
 from traffic_control.errors import ValidationError
 from traffic_control.units import parse_time
 
+ETA_AFTER_S = 5.0
+"""No ETA before this much of the run has passed: the first status would extrapolate from nothing."""
+
 PLAIN_INTERVAL_S = 10.0
 
 
@@ -144,7 +147,7 @@ class Progress:
     def eta_s(self) -> float | None:
         """Seconds left, from the rate so far (None before any progress)."""
         f = self.fraction()
-        if f <= 0:
+        if f <= 0 or time.monotonic() - self._t0 < ETA_AFTER_S:  # too early for a rate
             return None
         return (time.monotonic() - self._t0) * (1 - f) / f
 

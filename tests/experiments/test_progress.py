@@ -52,14 +52,18 @@ def test_the_first_status_prints_on_a_freshly_booted_machine(monkeypatch: pytest
     assert len(buf.getvalue().splitlines()) == 1
 
 
-def test_fraction_and_eta_count_steps_of_the_running_trial() -> None:
+def test_fraction_and_eta_count_steps_of_the_running_trial(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr("testbed.experiments.progress.time.monotonic", lambda: clock[0])
     p = Progress(4, stream=io.StringIO())
     p.start_trial("a", 10)
     p.update(step=5)
     assert p.fraction() == pytest.approx(0.125)
+    assert p.eta_s() is None  # too early to extrapolate
+    clock[0] += 10
     p.finish_trial()
     assert p.fraction() == pytest.approx(0.25)
-    assert p.eta_s() is not None and p.eta_s() >= 0
+    assert p.eta_s() == pytest.approx(30)
     assert _fmt_eta(75) == "1:15" and _fmt_eta(3725) == "1:02:05" and _fmt_eta(None) == "-"
 
 
