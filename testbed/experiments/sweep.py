@@ -8,6 +8,7 @@ grid:                         # the cartesian product of these lists
   wan.rate: [20Mbit, 50Mbit]  # wan.<field>: every WAN link, both directions (rate, delay, rtt, jitter, loss)
   wan.delay: [5ms, 20ms]
   training.scheme.groups: [1, 3]   # any dotted path into the experiment mapping
+  topology.ps: [east, west]   # topology.<field>: a bundled or file topology is inlined first
   schemes: [[bsp], [gsyn]]    # top-level keys too
 ```
 Each point runs as its own experiment under ``points/<id>/``; a point is
@@ -91,8 +92,8 @@ def _set_path(d: dict[str, Any], dotted: str, value: Any, field: str) -> None:
     cur[parts[-1]] = value
 
 
-def _apply_wan(exp: dict[str, Any], key: str, value: Any, source: str) -> None:
-    """Set a WAN shape field on every link of the experiment's topology (inlined)."""
+def _inline_topology(exp: dict[str, Any], source: str) -> dict[str, Any]:
+    """The experiment's topology as a mapping in the experiment (a bundled name or file is loaded)."""
     from topologies import load
 
     topo = exp.get("topology")
@@ -106,6 +107,12 @@ def _apply_wan(exp: dict[str, Any], key: str, value: Any, source: str) -> None:
             topo.setdefault("description", "")
             topo["description"] += f" (rates pre-scaled by {t.scale})"
         exp["topology"] = topo
+    return topo
+
+
+def _apply_wan(exp: dict[str, Any], key: str, value: Any, source: str) -> None:
+    """Set a WAN shape field on every link of the experiment's topology (inlined)."""
+    topo = _inline_topology(exp, source)
     for lk in topo.get("links", []):
         for side in ("forward", "reverse"):
             lk.get(side, {}).pop(key, None)
@@ -158,6 +165,9 @@ def expand(sweep: dict[str, Any], source: str = "") -> tuple[str, list[tuple[dic
         for k, v in point.items():
             if k.startswith("wan."):
                 _apply_wan(exp, k[4:], v, base_src)
+            elif k.startswith("topology."):  # e.g. topology.ps: [east, west]: the named topology, inlined
+                _inline_topology(exp, base_src)
+                _set_path(exp, k, v, f"grid.{k}")
             else:
                 _set_path(exp, k, v, f"grid.{k}")
         try:
@@ -186,10 +196,11 @@ def run_sweep(path: str | Path, out: Path | None = None, log: Any = print, limit
     path = Path(path)
     sweep = read_mapping(path)
     name, points = expand(sweep, str(path))
+    out = out or Path(sweep.get("results_dir", "results")) / name / "sweep"
+    _refuse_changed_points(out, points)  # a spec error: said before anything about the machine
     if preflight is not None:
         for _, exp in points:
             preflight(parse_experiment(exp, source=str(path)))
-    out = out or Path(sweep.get("results_dir", "results")) / name / "sweep"
     fresh = missing_parents(out)
     try:
         return _run_points(out, sweep, points, log, limit, path)
@@ -204,7 +215,6 @@ def _run_points(out: Path, sweep: dict[str, Any], points: list[tuple[dict[str, A
     except OSError as e:
         raise ValidationError("results_dir", f"cannot write the sweep's results to {out}: {e.strerror}",
                               "use a writable directory (results_dir: in the sweep, or --out DIR)") from None
-    _refuse_changed_points(out, points)
     write_json_atomic(out / "sweep.json", {"spec": sweep, "points": [p for p, _ in points]}, indent=2)
     ran = 0
     for i, (point, exp) in enumerate(points):

@@ -18,7 +18,8 @@ SPECS = sorted(p for p in BENCH.rglob("*.yaml"))
 def test_the_claims_campaign_is_shipped():
     names = {p.relative_to(BENCH).as_posix() for p in SPECS}
     assert {"claims/gsyn_straggler.yaml", "claims/gsyn_straggler_sweep.yaml", "claims/gsyn_groups_sweep.yaml",
-            "claims/gsyn_groups_calibration.yaml", "claims/pgcs_ratio.yaml", "claims/pgcs_ratio_sweep.yaml"} <= names
+            "claims/gsyn_groups_calibration.yaml", "claims/pgcs_ratio.yaml", "claims/pgcs_ratio_sweep.yaml",
+            "claims/gsyn_ps_placement_sweep.yaml"} <= names
 
 
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.relative_to(BENCH).as_posix())

@@ -105,3 +105,15 @@ def test_resuming_a_sweep_whose_experiment_changed_is_refused(tmp_path: Path) ->
     assert "ran a different experiment" in r.stderr and point_id(points[1][0]) in r.stderr
     assert "--out" in r.stderr  # the fix
     assert sorted(p.name for p in out.rglob("*")) == before  # nothing ran, nothing written
+
+
+def test_a_sweep_moves_the_parameter_server_of_a_named_topology(tmp_path: Path) -> None:
+    """``topology.ps`` on a bundled topology: each point gets the topology inlined with its PS placement."""
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump({**BASE, "topology": "three_dc_triangle"}))
+    sweep = {"name": "ps", "experiment": "exp.yaml", "grid": {"topology.ps": ["east", "west"]}}
+    _, points = expand(sweep, str(tmp_path / "sweep.yaml"))
+    specs = [parse_experiment(exp, str(tmp_path / "exp.yaml")) for _, exp in points]
+    assert [s.topology.ps for s in specs] == ["east", "west"]
+    assert {s.topology.name for s in specs} == {"three_dc_triangle"}
+    with pytest.raises(ValidationError):
+        expand({**sweep, "grid": {"topology.ps": ["nowhere"]}}, str(tmp_path / "sweep.yaml"))
