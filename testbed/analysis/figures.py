@@ -22,6 +22,7 @@ with a 95 % Student-t interval.
 from __future__ import annotations
 
 import math
+import textwrap
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import matplotlib.font_manager
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
@@ -396,7 +398,12 @@ def _compute_note(fig: Any, note: str | None, warning: str | None = None) -> Non
     warning (trials whose network or machine was not what the figure assumes)."""
     lines = ([f"compute: {note}"] if note else []) + ([warning] if warning else [])
     if lines:
-        fig.supxlabel("\n".join(lines), fontsize="x-small", color="0.25" if not warning else "#a00000")
+        size = matplotlib.font_manager.FontProperties(size="x-small").get_size_in_points()
+        # wrapped to the figure's width (a centred line wider than the figure is cut at both ends):
+        # ~0.55 em per character of the sans-serif face, a little margin
+        per_line = max(20, int(fig.get_figwidth() * 72 / (0.55 * size) * 0.95))
+        text = "\n".join(textwrap.fill(line, per_line, break_on_hyphens=False) for line in lines)
+        fig.supxlabel(text, fontsize="x-small", color="0.25" if not warning else "#a00000")
 
 
 def convergence(metrics: pd.DataFrame, out_dir: Path, metric: str = "loss",

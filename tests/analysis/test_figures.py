@@ -125,3 +125,22 @@ def test_layout_checker_catches_collisions() -> None:
     plt.close(fig)
     assert any("overlap" in p for p in probs)
     assert any("beyond the figure" in p for p in probs)
+
+
+def test_a_long_note_under_a_figure_is_wrapped_inside_it(tabs: dict, tmp_path: Path) -> None:
+    """The compute label and the unfaithful warning are centred under the figure: a line wider than
+    the figure was cut at both ends (seen with an emulated profile's label and two trial names)."""
+    note = "emulated A100 80GB ResNet-50 v1.5 profile (resnet50-a100-tf32: 272.9 ms/step x 2, cv 0.05)"
+    warn = ("UNFAITHFUL: 2 of 5 trials (network not as specified or CPU saturated; see summary.md): "
+            "west=3.0_schemes=asp-r1, west=3.0_schemes=asp-r4")
+    with style.paper_style():
+        fig, ax = style.new_figure(2.0)
+        F.draw_breakdown(ax, tabs["steps"], legend=False)
+        F._compute_note(fig, note, warn)
+        fig.canvas.draw()
+        label = fig._supxlabel
+        box = label.get_window_extent(fig.canvas.get_renderer())
+        width = fig.bbox.width
+        assert box.x0 >= 0 and box.x1 <= width, (box, width)
+        assert label.get_text().count("\n") >= 2  # wrapped, nothing dropped
+        assert "asp-r4" in label.get_text() and "cv 0.05" in label.get_text().replace("\n", " ")
