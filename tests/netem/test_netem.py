@@ -40,6 +40,7 @@ import pytest
 
 from testbed.network.measure import TCP_PAYLOAD_FRACTION, iperf3, ping
 from tests.netem.bars import IN_LAB, TCG_SLACK_S, bar_text, rtt_within_bar
+from tests.stall import measure
 from topologies import from_dict
 from traffic_control.jitter_driver import driven
 
@@ -319,8 +320,8 @@ def test_pareto_jitter_gives_the_tables_distribution(net, dc):
     assert shape.jitter_distribution == "pareto"
     spacing = 0.002 if IN_LAB else SPACING_S
     count = int(train_seconds(shape) / spacing)
-    sent, got = run_train(net, router("b"), router(dc), peer_ip(net, "b", dc), count, spacing,
-                          shape.delay_s + 4 * shape.jitter_s)
+    sent, got = measure(lambda: run_train(net, router("b"), router(dc), peer_ip(net, "b", dc), count, spacing,
+                                          shape.delay_s + 4 * shape.jitter_s), f"the pareto train b->{dc}")
     rows = {c.kind: c for c in checks_for(f"b->{dc}", shape, sent, got)}
     report(f"pareto b->{dc} ({'reorder' if shape.reorder else 'in order'})",
            ", ".join(f"{k} {c.measured} (expected {c.expected}) {c.status}" for k, c in rows.items())

@@ -22,6 +22,7 @@ from testbed.network import cleanup
 from testbed.network.measure import TCP_PAYLOAD_FRACTION
 from tests.conftest import run_cli
 from tests.network.helpers import network, require_root_tools
+from tests.stall import measure
 from topologies import from_dict
 
 pytestmark = pytest.mark.root
@@ -89,7 +90,7 @@ def test_a_full_queue_holds_its_limit_in_wire_packets(tmp_path):
         limit = shown["links"]["a->b"]["tc"]["shape"]["limit"]
         assert limit == 64  # the floor: this link has no delay and no route over it has any
         full = limit * 1514 * 8 / RATE  # 38.8 ms
-        bps, _, rtts = flood_and_ping("tb-a-h1", "tb-b-h1", "10.2.0.1")
+        bps, _, rtts = measure(lambda: flood_and_ping("tb-a-h1", "tb-b-h1", "10.2.0.1"), "the full queue's delay")
         base = 0.0015  # two veth hops and the reply, unloaded (~0.1 ms), and a loaded machine's wake-ups
         print(f"limit {limit} = {full * 1e3:.1f} ms at the rate; ping under load max {max(rtts) * 1e3:.1f} "
               f"median {sorted(rtts)[len(rtts) // 2] * 1e3:.1f} ms; goodput {bps / (RATE * TCP_PAYLOAD_FRACTION):.3f}")
