@@ -21,20 +21,7 @@ from traffic_control.qdisc import build_ops, leaf_op
 from traffic_control.shape import LinkShape
 from traffic_control.userspace import ImpairmentShape
 
-
-def _netem_round_trip(params):
-    """A leaf's netem parameters encoded by pyroute2 (with the testbed's codec) and decoded back."""
-    from pyroute2.netlink.rtnl.tcmsg import sched_netem
-
-    netem_codec.install()
-    params = dict(params)
-    params.pop("rate")
-    msg = sched_netem.options()
-    msg.setvalue(sched_netem.get_parameters(params))
-    msg.encode()
-    back = sched_netem.options(msg.data)
-    back.decode()
-    return back
+from .netem_round_trip import netem_round_trip
 
 
 @pytest.mark.parametrize("name", delay_dist.TABLE_DISTRIBUTIONS)
@@ -89,7 +76,7 @@ def test_spec_and_backends_carry_the_distribution():
     netem_codec.install()
     op = leaf_op(shape, "add", True)
     assert op.params["delay_dist"] == "pareto" and "distribution pareto" in " ".join(op.argv)
-    raw = _netem_round_trip(op.params).get_attr("TCA_NETEM_DELAY_DIST")
+    raw = netem_round_trip(op.params).get_attr("TCA_NETEM_DELAY_DIST")
     assert struct.unpack(f"={delay_dist.SIZE}h", raw) == delay_dist.table("pareto")
     # order kept: the jitter driver sets the interval's delay, jitter 0, no table on its changes
     from traffic_control.jitter_driver import Leaf
@@ -159,7 +146,7 @@ def test_reorder_travels_to_netem_and_reads_back():
     assert "reorder 25% gap 5" in " ".join(op.argv)
 
     def round_trip(params):
-        return netem_codec.reorder_of(_netem_round_trip(params))
+        return netem_codec.reorder_of(netem_round_trip(params))
 
     got = round_trip(op.params)
     assert got["reorder_gap"] == 5 and got["reorder_pct"] == pytest.approx(25)

@@ -18,6 +18,8 @@ from traffic_control.shape import LinkShape
 from traffic_control.userspace.schedule import Scheduler
 from traffic_control.userspace.shape import ImpairmentShape
 
+from .netem_round_trip import netem_round_trip
+
 GE = {"p": "1%", "r": "25%"}
 
 
@@ -60,19 +62,10 @@ def test_bad_loss_models_name_the_field(spec, field, words):
 
 
 def test_netem_encoding_round_trips_through_pyroute2():
-    from pyroute2.netlink.rtnl.tcmsg import sched_netem
-
-    netem_codec.install()
     shape = LinkShape(delay_s=0.01, ge_p_pct=1, ge_r_pct=25, ge_loss_bad_pct=90, ge_loss_good_pct=0.5,
                       duplicate_pct=2, corrupt_pct=1.5)
     op = leaf_op(shape, "change", True, seed=7)
-    params = dict(op.params, delay=10000, jitter=0)
-    params.pop("rate")
-    msg = sched_netem.options()
-    msg.setvalue(sched_netem.get_parameters(params))
-    msg.encode()
-    back = sched_netem.options(msg.data)
-    back.decode()
+    back = netem_round_trip(dict(op.params, delay=10000, jitter=0))
     ge = netem_codec.gemodel_of(back)
     assert ge == pytest.approx({"ge_p_pct": 1, "ge_r_pct": 25, "ge_loss_bad_pct": 90, "ge_loss_good_pct": 0.5})
     assert netem_codec.corrupt_pct_of(back) == pytest.approx(1.5)
