@@ -12,6 +12,8 @@
 #                   variant when no local wheel is found (PyPI's Linux torch is
 #                   the multi-GB CUDA build)
 #   WITH_VAGRANT=1  also install Debian's vagrant (CI uses it for `vagrant validate`)
+#   WITH_DOCKER=1   also install Debian's docker.io and debootstrap, and start the Docker daemon
+#                   (runtime: docker hosts; `testbed image build` makes their image)
 #   VENV            default .venv in the repository
 set -euo pipefail
 
@@ -35,6 +37,7 @@ APT_PACKAGES=(
   qemu-system-x86 busybox-static cpio zstd xz-utils
 )
 if [ "${WITH_VAGRANT:-0}" = 1 ]; then APT_PACKAGES+=(vagrant); fi
+if [ "${WITH_DOCKER:-0}" = 1 ]; then APT_PACKAGES+=(docker.io debootstrap); fi
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -110,6 +113,19 @@ if [ "$want" != "$allowed" ]; then
   log "tcp: allowing congestion controls '$want' in network namespaces (was '$allowed')"
   sysctl -qw net.ipv4.tcp_allowed_congestion_control="$want"
   printf 'net.ipv4.tcp_allowed_congestion_control = %s\n' "$want" > /etc/sysctl.d/90-geo-testbed.conf
+fi
+
+# The Docker daemon, when asked for: systemd's unit where systemd runs, else dockerd in the background.
+if [ "${WITH_DOCKER:-0}" = 1 ] && ! docker info >/dev/null 2>&1; then
+  if [ -d /run/systemd/system ]; then
+    log "docker: systemctl start docker"
+    systemctl start docker
+  else
+    log "docker: starting dockerd (no systemd; log in /var/log/dockerd.log)"
+    nohup dockerd >/var/log/dockerd.log 2>&1 &
+  fi
+  for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  docker info >/dev/null 2>&1 || { echo "dockerd did not start: see /var/log/dockerd.log" >&2; exit 1; }
 fi
 
 # `sudo testbed ...` from anywhere

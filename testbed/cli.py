@@ -18,6 +18,7 @@ PLUGINS = (
     "testbed.network.cli",
     "testbed.doctor_cli",
     "testbed.lab.cli",
+    "testbed.images.cli",
     "testbed.planning.cli",
     "testbed.training.cli",
     "testbed.analysis.cli",
@@ -106,10 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except RuntimeError as e:
+        from testbed.images.builder import ImageBuildError
+        from testbed.network.docker_hosts import DockerError
         from testbed.network.emulation import NetworkBusy, NetworkError, NotUp
         from traffic_control.errors import TrafficControlError
 
-        if isinstance(e, NetworkBusy):
+        if isinstance(e, (NetworkBusy, DockerError, ImageBuildError)):  # fix the machine or the spec, then run again
             print(f"error: {e}", file=sys.stderr)
             return 2
         if isinstance(e, (NotUp, NetworkError, TrafficControlError)):

@@ -79,6 +79,21 @@ def _cuda() -> Capability:
                       "on a GPU machine: TORCH_VARIANT=cuda scripts/bootstrap.sh")
 
 
+def _docker() -> Capability:
+    """runtime: docker hosts: the daemon, debootstrap (the image builder) and the testbed's image."""
+    from testbed.network import docker_hosts
+
+    ok, why = docker_hosts.available()
+    fix = "sudo WITH_DOCKER=1 scripts/bootstrap.sh (installs docker.io and debootstrap, starts the daemon)"
+    if not ok:
+        return Capability("docker", False, f"{why} (optional: only for runtime: docker)", fix)
+    if shutil.which("debootstrap") is None:
+        return Capability("docker", False, f"{why}; debootstrap missing (the image builder needs it)", fix)
+    iid = docker_hosts.image_id(docker_hosts.DEFAULT_IMAGE)
+    image = f"{docker_hosts.DEFAULT_IMAGE} {iid[7:19]}" if iid else f"no {docker_hosts.DEFAULT_IMAGE} yet"
+    return Capability("docker", iid is not None, f"{why}; {image}", "" if iid else "testbed image build")
+
+
 def _lab() -> Capability:
     try:
         from testbed.lab import lab_available  # type: ignore[attr-defined]
@@ -171,6 +186,7 @@ def run_doctor() -> dict[str, Any]:
     caps.extend(_tool(n, f) for n, f in TOOLS.items())
     caps.extend(_module(n, f) for n, f in PY_MODULES.items())
     caps.append(_cuda())
+    caps.append(_docker())
     caps.append(_lab())
     caps.append(_userspace())
     caps.append(_firewall())
@@ -179,7 +195,7 @@ def run_doctor() -> dict[str, Any]:
     if netem is not None and not netem.ok:
         netem.fix += ("; on this machine: `testbed lab -- CMD` runs CMD under a stock kernel that has netem, "
                       "and `--impairment userspace` emulates delay/loss without it")
-    optional = {"ovs", "cuda", "tbf", "ifb", "netem_seed", "host-firewall"}
+    optional = {"ovs", "cuda", "docker", "tbf", "ifb", "netem_seed", "host-firewall"}
     required_ok = all(c.ok for c in caps if c.name not in optional and not c.name.startswith("kernel-lab")
                       and c.name not in ("netem", "netem_seed", "userspace-impairment"))
     delay_ok = any(c.ok for c in caps if c.name in ("netem", "userspace-impairment"))

@@ -31,6 +31,8 @@ MAX_HOSTS_PER_DC = 64
 #: Address plan limits (testbed.network.addressing): DC i owns 10.i.0.0/24, link k 10.255.k.0/30.
 MAX_DCS = 250
 MAX_LINKS = 250
+#: The image of ``runtime: docker`` hosts unless the spec names one (``testbed image build`` makes it).
+DEFAULT_DOCKER_IMAGE = "geo-testbed/trainer:latest"
 #: bounds of a host's ``memory:`` limit (bytes)
 MIN_MEMORY, MAX_MEMORY = 16 * 2**20, 2**40
 _NAME_RE = re.compile(r"[a-z][a-z0-9]*")
@@ -71,6 +73,23 @@ class DataCenter:
     congestion_control: str = "cubic"  # TCP congestion control of every host of the DC (README "TCP")
     receive_buffer: int = DEFAULT_TCP_BUFFER  # bytes: the ceiling of each socket's receive buffer (tcp_rmem max)
     send_buffer: int = DEFAULT_TCP_BUFFER  # bytes: the ceiling of each socket's send buffer (tcp_wmem max)
+    runtime: str = "process"  # process: a Mininet host; docker: a container (testbed.network.docker_hosts)
+    image: str | None = None  # runtime docker: the image (None: the testbed's own, `testbed image build`)
+    volumes: tuple[str, ...] = ()  # runtime docker: extra bind mounts "SRC:DST[:ro]"
+    env: tuple[tuple[str, str], ...] = ()  # runtime docker: environment of the trainers
+
+    def runtime_spec(self) -> dict[str, Any]:
+        """The DC's runtime keys in spec form (empty for process hosts)."""
+        if self.runtime == "process":
+            return {}
+        out: dict[str, Any] = {"runtime": self.runtime}
+        if self.image:
+            out["image"] = self.image
+        if self.volumes:
+            out["volumes"] = list(self.volumes)
+        if self.env:
+            out["env"] = dict(self.env)
+        return out
 
     def tcp_spec(self) -> dict[str, Any]:
         """The DC's ``tcp:`` section in spec form (only what differs from the defaults)."""
@@ -280,6 +299,7 @@ class Topology:
                 e["memory"] = f"{dc.memory // 2**20}MiB" if dc.memory % 2**20 == 0 else dc.memory
             if dc.tcp_spec():
                 e["tcp"] = dc.tcp_spec()
+            e.update(dc.runtime_spec())
             dcs.append(e)
         d["dcs"] = dcs
 
@@ -356,6 +376,16 @@ class DataCenterSpec(SpecModel):
     """free text shown in reports (a region name)"""
     tcp: TcpSpec | None = unit_field(fix="e.g. tcp: {congestion_control: bbr}")
     """the hosts' transport (default: defaults.tcp, else cubic)"""
+    runtime: Literal["process", "docker"] | None = unit_field(
+        None, fix="runtime: process (a Mininet host, the default) or runtime: docker (a container)")
+    """what a host is: a Mininet process host (default) or a Docker container on the emulated LAN"""
+    image: str | None = unit_field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_./:@-]*$",
+                                   fix=f"e.g. image: {DEFAULT_DOCKER_IMAGE} (with runtime: docker)")
+    """runtime docker: the hosts' image, with Python and torch (default: the testbed's, `testbed image build`)"""
+    volumes: list[str] | None = unit_field(None, fix="e.g. volumes: ['/data:/data:ro'] (absolute paths)")
+    """runtime docker: extra bind mounts SRC:DST[:ro|:rw]"""
+    env: dict[str, str] | None = unit_field(None, fix="e.g. env: {NCCL_DEBUG: INFO}")
+    """runtime docker: environment variables of the trainers"""
 
 
 class DefaultsSpec(SpecModel):
@@ -367,6 +397,11 @@ class DefaultsSpec(SpecModel):
     cpu: float | None = unit_field(None, gt=0, le=64, fix="e.g. cpu: 0.5")
     memory: Size | None = unit_field(None, ge=MIN_MEMORY, le=MAX_MEMORY, fix="e.g. memory: 2GiB")
     tcp: TcpSpec | None = unit_field(fix="e.g. tcp: {congestion_control: bbr}")
+    runtime: Literal["process", "docker"] | None = unit_field(None, fix="runtime: process or runtime: docker")
+    image: str | None = unit_field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_./:@-]*$",
+                                   fix=f"e.g. image: {DEFAULT_DOCKER_IMAGE}")
+    volumes: list[str] | None = unit_field(None, fix="e.g. volumes: ['/data:/data:ro']")
+    env: dict[str, str] | None = unit_field(None, fix="e.g. env: {NCCL_DEBUG: INFO}")
 
 
 class LinkSpec(ShapeSpec):
@@ -415,6 +450,38 @@ DC_KEYS = tuple(DataCenterSpec.model_fields)
 DEFAULT_KEYS = tuple(DefaultsSpec.model_fields)
 
 
+def _runtime(raw: DataCenterSpec, defaults: DefaultsSpec, f: str) -> dict[str, Any]:
+    """A DC's runtime keys (its own over the defaults), checked together: image, volumes and env belong
+    to runtime docker."""
+    def pick(key: str) -> tuple[Any, str]:
+        own = getattr(raw, key)
+        return (own, f"{f}.{key}") if own is not None else (getattr(defaults, key), f"defaults.{key}")
+
+    runtime, _ = pick("runtime")
+    runtime = runtime or "process"
+    out: dict[str, Any] = {"runtime": runtime}
+    for key in ("image", "volumes", "env"):
+        value, where = pick(key)
+        if value is None:
+            continue
+        if runtime != "docker":
+            raise ValidationError(where, f"{key} is given but the DC's hosts are process hosts",
+                                  "add runtime: docker to the DC (or defaults), or remove the key")
+        out[key] = value
+    for i, v in enumerate(out.get("volumes") or []):
+        parts = v.split(":")
+        where = f"{pick('volumes')[1]}[{i}]"
+        if len(parts) not in (2, 3) or not all(p.startswith("/") for p in parts[:2]) \
+                or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+            raise ValidationError(where, f"bad volume {v!r}", "write SRC:DST or SRC:DST:ro with absolute paths, "
+                                  "e.g. /data/imagenet:/data:ro")
+    if "volumes" in out:
+        out["volumes"] = tuple(out["volumes"])
+    if "env" in out:
+        out["env"] = tuple(sorted((str(k), str(v)) for k, v in out["env"].items()))
+    return out
+
+
 def from_dict(data: Any, source: str = "") -> Topology:
     """Build and validate a :class:`Topology` from its spec mapping (YAML/JSON form)."""
     if not isinstance(data, dict):
@@ -445,7 +512,7 @@ def from_dict(data: Any, source: str = "") -> Topology:
         bufs = [next((int(getattr(t, key)) for t in (raw.tcp, defaults.tcp) if t is not None and getattr(t, key)),
                      DEFAULT_TCP_BUFFER) for key in ("receive_buffer", "send_buffer")]
         dcs.append(DataCenter(raw.name, hosts, lan, None if cpu is None else float(cpu), raw.label, memory, cc,
-                              *bufs))
+                              *bufs, **_runtime(raw, defaults, f)))
 
     # -------------------------------------------------------------- links
     if len(dcs) > 1 and not spec.links:

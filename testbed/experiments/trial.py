@@ -133,7 +133,7 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
     result = TrialResult(scheme.label, rep, trial_dir, "failed")
     # The trial's seed also seeds the impairment's random draws (loss, jitter), so a repetition repeats.
     net = EmulatedNetwork(spec.topology, impairment=spec.impairment, allow_missing_netem=spec.allow_missing_netem,
-                          log=say, seed=training["seed"])
+                          log=say, seed=training["seed"], shared_dirs=[trial_dir])
     procs: list[ProcInfo] = []
     samplers = None
     player = None
@@ -145,6 +145,9 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
         manifest["network"] = {"up_s": net.timings.get("up_s"), "impairment": net.impairment.to_dict()
                                if net.impairment else None}
         manifest["tc_state"] = net.applied
+        runtimes = host_runtimes(net)
+        if runtimes:  # container hosts: the image each ran, and the Python and torch inside it
+            manifest["runtimes"] = runtimes
         # the network as the spec says? (min RTT and rate per WAN direction; the trial runs either way,
         # and its manifest, the summary and the figures say when it was not)
         manifest["selftest"] = quick_check(net, log=say).to_dict()
@@ -155,7 +158,8 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
                      if n.role == "host"]
         placement += [Placement(n.name, n.dc, n.ip, "eth0", "server") for n in net.plan.nodes.values()
                       if n.role == "ps"]
-        jobs = make_jobs(training, placement, trial_dir, t0)
+        # container hosts see the trial directory at its absolute path only (their cwd is the project's tree)
+        jobs = make_jobs(training, placement, trial_dir.resolve() if runtimes else trial_dir, t0)
         manifest["lr"] = jobs[0].lr  # what the processes applied (testbed.training.lr), and where it came from
         manifest["lr_provenance"] = scheme.lr_provenance or {"source": "given"}
         paths = write_jobs(jobs, trial_dir)
@@ -174,11 +178,11 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
             job, path = ps.payload
             logf = trial_dir / "logs" / f"{job.name}.log"
             with logf.open("wb") as fh:
-                p = net.popen(job.host, command_for(path, job), stdout=fh, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL, env=env, cwd=str(Path.cwd()))
+                p = net.popen_trainer(job.host, command_for(path.resolve() if runtimes else path, job), stdout=fh, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, env=env, cwd=str(Path.cwd()))
             procs.append(ProcInfo(job.name, job.host, job.role, job.rank, p, logf))
             if samplers is not None and spec.collectors.procs:
-                samplers.add_process(ProcTarget(p.pid, job.host, job.role, job.rank))
+                samplers.add_process(ProcTarget(p.trainer_pid, job.host, job.role, job.rank))
             return p
 
         if spec.cross_traffic:  # background flows on the WAN, from t0 (each flow's start after it)
@@ -202,7 +206,7 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
 
         def start_and_note(ps: ProcSpec) -> Any:
             p = start(ps)
-            pids[ps.name] = p.pid
+            pids[ps.name] = p.trainer_pid
             return p
 
         sup = Supervisor(specs, start_and_note, timeout_s=spec.timeout_s, stall_s=spec.stall_s, progress=progress,
@@ -358,7 +362,8 @@ def _finish(manifest: dict[str, Any], result: TrialResult, procs: list[ProcInfo]
         "faithful": not unfaithful, "unfaithful_reasons": unfaithful,
         "end": time.time(), "status": result.status, "reason": result.reason,
         "processes": [{"name": p.name, "host": p.host, "role": p.role, "rank": p.rank,
-                       "pid": p.popen.pid, "returncode": p.returncode, "log": str(p.log.relative_to(trial_dir))}
+                       "pid": getattr(p.popen, "trainer_pid", p.popen.pid), "returncode": p.returncode, "log": str(p.log.relative_to(trial_dir)),
+                       **_process_record(trial_dir, p.name)}
                       for p in procs],
     })
     write_json_atomic(trial_dir / "manifest.json", manifest, indent=2)
@@ -493,3 +498,30 @@ def _cpu_ticks(pid: int) -> int | None:
     except OSError:
         return None
     return int(fields[11]) + int(fields[12])
+
+
+def host_runtimes(net: Any) -> dict[str, Any]:
+    """Per container host: its image (name and id) and the image's Python and torch versions (empty when
+    every host is a process host)."""
+    from ..network import docker_hosts
+
+    out: dict[str, Any] = {}
+    for name in net.plan.nodes:
+        cfg = net.docker_config(name)
+        if cfg is None:
+            continue
+        pid = net.container_pid(name)
+        out[name] = {"runtime": "docker", "image": cfg.image, "image_id": docker_hosts.image_id(cfg.image),
+                     "container": docker_hosts.container_name(name),
+                     "mnt_ns": os.readlink(f"/proc/{pid}/ns/mnt") if pid else None, **docker_hosts.versions(name)}
+    return out
+
+
+def _process_record(trial_dir: Path, name: str) -> dict[str, Any]:
+    """What the process said it ran on (interpreter, torch, device; training.runtime.process_record)."""
+    from ..training.jobs import process_record_path
+
+    try:
+        return {"runtime": json.loads(process_record_path(trial_dir, name).read_text())}
+    except (OSError, ValueError):
+        return {}

@@ -24,7 +24,7 @@ from pyroute2 import IPRoute, netns
 
 from traffic_control.capabilities import cleanup_probes
 
-from . import cgroups, naming
+from . import cgroups, docker_hosts, naming
 
 
 def _our_netns_inodes() -> set[int]:
@@ -140,6 +140,7 @@ def cleanup(verbose: bool = False) -> dict[str, list[str]]:
     """Remove all testbed state; returns what was removed, by kind."""
     report: dict[str, list[str]] = {}
     report["processes"] = [str(p) for p in kill_owned()]
+    report["containers"] = docker_hosts.remove_all()  # before their namespaces' names go
     try:
         from traffic_control.userspace import cleanup as uq_cleanup  # type: ignore[attr-defined]
 
@@ -163,6 +164,9 @@ def cleanup(verbose: bool = False) -> dict[str, list[str]]:
     report["links"] = links
     report["cgroups"] = cgroups.remove_all()
     report["probes"] = cleanup_probes()
+    from ..images.builder import remove_stale_work
+
+    report["image_work"] = remove_stale_work()  # a killed `testbed image build`'s tree (mounts first)
     state = Path(naming.STATE_DIR)
     if state.exists():
         shutil.rmtree(state, ignore_errors=True)
@@ -172,6 +176,7 @@ def cleanup(verbose: bool = False) -> dict[str, list[str]]:
 
 def leftovers() -> dict[str, list[str]]:
     """What cleanup would remove now (empty when the machine is clean)."""
-    out = {"processes": [str(p) for p in owned_pids()], "netns": owned_netns(), "links": owned_links()}
+    out = {"processes": [str(p) for p in owned_pids()], "netns": owned_netns(), "links": owned_links(),
+           "containers": docker_hosts.owned()}
     out["cgroups"] = [str(p) for p in cgroups.find_all()]
     return {k: v for k, v in out.items() if v}

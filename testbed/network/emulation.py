@@ -33,10 +33,11 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from pyroute2 import IPRoute, NetNS, netns
@@ -50,7 +51,7 @@ from traffic_control.jitter_driver import driven
 from traffic_control.netlink import NETEM_FIX
 from traffic_control.shape import DEFAULT_MTU, WIRE_GSO_SEGS, LinkShape, shape_dict
 
-from . import cgroups, cleanup, jitter_control, naming, state
+from . import cgroups, cleanup, docker_hosts, jitter_control, naming, state
 from . import impairment as uimp
 from .addressing import IfacePlan, NetPlan, NodePlan, plan_network
 
@@ -122,7 +123,32 @@ def _mininet() -> Any:
                 self._seen = (self._seen + out)[-2000:]
             return out
 
-    return Mininet, TestbedHost
+    class DockerHost(TestbedHost):
+        """A node that is a Docker container (``runtime: docker``; testbed.network.docker_hosts).
+
+        The container starts first; the node's Mininet shell then runs on the
+        host's filesystem inside the container's *network* namespace only
+        (``nsenter --net``), so the node's named namespace, netlink handles,
+        sysctls, ``tc`` and the measuring tools work exactly as for a process
+        host.  Trainers enter the container itself (:meth:`EmulatedNetwork.popen_trainer`).
+        """
+
+        def __init__(self, name: str, cfg: Any, shared: list[Path], **params: Any) -> None:
+            self.cfg, self.shared = cfg, shared
+            self.container_id: str | None = None
+            self.container_pid: int | None = None
+            super().__init__(name, inNamespace=False, **params)
+
+        def startShell(self, mnopts: Any = None) -> None:
+            self.container_id, self.container_pid = docker_hosts.start(self.name, self.cfg, self.shared)
+            super().startShell(mnopts)
+
+        def _popen(self, cmd: list[str], **params: Any) -> Any:
+            if getattr(self, "_starting", False) and cmd[:1] == ["mnexec"]:
+                cmd = ["nsenter", f"--net=/proc/{self.container_pid}/ns/net", *cmd]
+            return super()._popen(cmd, **params)
+
+    return Mininet, TestbedHost, DockerHost
 
 
 #: Seconds the nodes' shells may take to start, per batch of 8 started at once
@@ -292,6 +318,21 @@ def check_transport(topo: Topology) -> None:
             raise ValidationError(f"dcs[{i}].tcp.congestion_control", msg, fix)
 
 
+def check_docker_hosts(topo: Topology) -> None:
+    """``runtime: docker`` DCs need a running Docker daemon and their images, checked before anything is built."""
+    images = {dc.image or docker_hosts.DEFAULT_IMAGE: dc.name for dc in topo.dcs if dc.runtime == "docker"}
+    if not images:
+        return
+    docker_hosts.require()
+    for image, dc in images.items():
+        if docker_hosts.image_id(image) is None:
+            raise docker_hosts.DockerError(
+                f"dcs[{dc}].image: image {image!r} is not in the Docker daemon (fix: "
+                + ("build it with `testbed image build`" if image == docker_hosts.DEFAULT_IMAGE
+                   else "load or build it (docker images lists what there is), or remove image: to use the "
+                        "testbed's own") + ")")
+
+
 def _check_lan_impairment(topo: Topology, imp: Impairment) -> None:
     if imp.backend == "userspace" and any(dc.lan.needs_netem for dc in topo.dcs) \
             and topo.switch != "ovs" and not uimp.bridge_netfilter_loaded():
@@ -320,7 +361,8 @@ class EmulatedNetwork:
 
     def __init__(self, topo: Topology, *, impairment: str = "auto", allow_missing_netem: bool = False,
                  with_ps: bool = True, log: Callable[[str], None] | None = None,
-                 netem_available: bool | None = None, seed: int | None = None) -> None:
+                 netem_available: bool | None = None, seed: int | None = None,
+                 shared_dirs: Iterable[str | Path] = ()) -> None:
         self.topo = topo
         self.with_ps = with_ps
         self.seed = seed
@@ -347,6 +389,8 @@ class EmulatedNetwork:
         self.attached = False  # True: built by another process (see attach); stop() leaves it up
         self._sw_handles: dict[str, Any] = {}
         self._bridge_index: dict[str, int] = {}  # switch namespace -> its bridge's ifindex
+        #: directories a container host mounts read-write at their own path (a trial's records)
+        self.shared_dirs: list[Path] = [Path(d).resolve() for d in shared_dirs]
 
     # --------------------------------------------------------------- public
     def __enter__(self) -> EmulatedNetwork:
@@ -364,6 +408,7 @@ class EmulatedNetwork:
             from . import ovs as ovsctl
 
             ovsctl.require()
+        check_docker_hosts(self.topo)
         _check_lan_impairment(self.topo, self.impairment)
         check_backend_features(self.topo, self.impairment)
         check_transport(self.topo)
@@ -438,6 +483,39 @@ class EmulatedNetwork:
 
     def host(self, name: str) -> Any:
         return self.nodes[name]
+
+    def docker_config(self, node: str) -> docker_hosts.HostConfig | None:
+        """``node``'s container settings (None: a process host; routers always are)."""
+        plan = self.plan.nodes[node]
+        dc = self.topo.dc(plan.dc)
+        if plan.role not in ("host", "ps") or dc.runtime != "docker":
+            return None
+        return docker_hosts.HostConfig(dc.image or docker_hosts.DEFAULT_IMAGE, dc.volumes, dc.env,
+                                       plan.cpu, plan.memory)
+
+    def container_pid(self, node: str) -> int | None:
+        """The pid of ``node``'s container's first process (None: not a container, or not built here)."""
+        return getattr(self.nodes.get(node), "container_pid", None)
+
+    def popen_trainer(self, node: str, argv: list[str], *, env: dict[str, str], **kw: Any) -> Any:
+        """Start a trainer on ``node``: as :meth:`popen` on a process host (the testbed's Python); in a
+        container host, inside the container (its namespaces, so ``python3`` is the image's; its cgroups;
+        the spec's ``env``).  ``argv[0]`` is the interpreter: replaced by ``python3`` in a container.
+        The Popen's ``trainer_pid`` is the trainer's own pid (in a container, ``nsenter``'s child)."""
+        cfg = self.docker_config(node)
+        pid = self.container_pid(node)
+        if cfg is None or pid is None:
+            p = self.popen(node, argv, env=env, **kw)
+            p.trainer_pid = p.pid
+            return p
+        # the project's tree is mounted at its own path inside (on PYTHONPATH); the job's paths are absolute
+        argv = [*docker_hosts.trainer_prefix(pid), "python3", *argv[1:]]
+        env = docker_hosts.trainer_env(env, cfg)
+        kw.setdefault("preexec_fn", docker_hosts.trainer_preexec(pid))
+        kw.pop("cwd", None)
+        p = self.nodes[node].popen(argv, env=env, mncmd=[], start_new_session=True, **kw)
+        p.trainer_pid = docker_hosts.child_pid(p.pid)  # the trainer itself (samplers, progress)
+        return docker_hosts.signal_group(p)
 
     def netns(self, node: str) -> str:
         return naming.netns_name(node)
@@ -734,14 +812,18 @@ class EmulatedNetwork:
         Mininet afterwards, in plan order (Mininet's own addHost is not
         thread-safe).
         """
-        Mininet, TestbedHost = _mininet()
+        Mininet, TestbedHost, DockerHost = _mininet()
         self.mn = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, waitConnected=False)
         plans = list(self.plan.nodes.values())
 
         def start_one(node: NodePlan) -> Any:
-            h = TestbedHost(node.name, ip=None)
+            cfg = self.docker_config(node.name)
+            if cfg is not None:  # the container's own --cpus/--memory limit it
+                h = DockerHost(node.name, cfg, self.shared_dirs, ip=None)
+            else:
+                h = TestbedHost(node.name, ip=None)
             netns.attach(node.netns, h.pid)
-            if node.cpu is not None or node.memory is not None:
+            if cfg is None and (node.cpu is not None or node.memory is not None):
                 cgroups.limit(node.name, h.pid, node.cpu, node.memory)
             # one shell round trip per node for the sysctls netlink cannot reach
             # IPv6 off: the testbed speaks IPv4 only, and IPv6's own chatter (router solicitations,

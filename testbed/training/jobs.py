@@ -233,6 +233,11 @@ def module_for(job: Job) -> str:
     return "testbed.training.server" if job.role == "server" else "testbed.training.worker"
 
 
+def process_record_path(out_dir: str | os.PathLike[str], name: str) -> Path:
+    """Where process ``name`` writes what it ran on (training.runtime.process_record)."""
+    return Path(out_dir) / "procs" / f"{name}.json"
+
+
 def command_for(job_path: str | os.PathLike[str], job: Job, python: str | None = None) -> list[str]:
     """argv that starts this job (no shell)."""
     import sys

@@ -20,10 +20,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,7 +35,7 @@ import torch
 from testbed.collect.recorder import Recorder, events_path
 from testbed.training.compute import Accelerator, draw_delay
 from testbed.training.flat import FlatModel
-from testbed.training.jobs import Job
+from testbed.training.jobs import Job, process_record_path
 from testbed.training.workloads import build_workload
 
 
@@ -46,7 +49,32 @@ def setup_process(job: Job) -> torch.device:
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
     signal.signal(signal.SIGTERM, _sigterm)
-    return resolve_device(job.training.device)
+    device = resolve_device(job.training.device)
+    write_process_record(job, device)
+    return device
+
+
+def process_record(device: torch.device) -> dict[str, Any]:
+    """What this process ran on: its interpreter and torch (the image's, in a container host), its mount
+    namespace (a container host's, which the manifest's ``runtimes`` name) and the device it actually used (a CUDA device's index, name and memory).  Written once per process
+    (:func:`write_process_record`); the trial puts it in the manifest."""
+    import platform
+
+    out: dict[str, Any] = {"python": platform.python_version(), "executable": sys.executable,
+                           "torch": torch.__version__, "torch_path": str(Path(torch.__file__).parent),
+                           "mnt_ns": os.readlink("/proc/self/ns/mnt"), "device": {"type": device.type}}
+    if device.type == "cuda":
+        i = torch.cuda.current_device() if device.index is None else device.index
+        props = torch.cuda.get_device_properties(i)
+        out["device"].update({"index": i, "name": props.name, "memory_bytes": int(props.total_memory),
+                              "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
+    return out
+
+
+def write_process_record(job: Job, device: torch.device) -> None:
+    path = process_record_path(job.out_dir, job.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(process_record(device)))
 
 
 def _sigterm(signum: int, frame: Any) -> None:
@@ -61,9 +89,11 @@ def resolve_device(pref: str) -> torch.device:
     return torch.device("cpu")
 
 
-def make_recorder(job: Job) -> Recorder:
+def make_recorder(job: Job, device: torch.device | None = None) -> Recorder:
+    """The process's span writer; every span names the scheme and, when given, the device that ran it."""
+    static = {"scheme": job.training.scheme.name, **({"device": str(device)} if device is not None else {})}
     return Recorder(events_path(job.out_dir, job.host, job.role, job.rank), host=job.host, dc=job.dc,
-                    rank=job.rank, role=job.role, t0_ns=job.t0_ns, static={"scheme": job.training.scheme.name})
+                    rank=job.rank, role=job.role, t0_ns=job.t0_ns, static=static)
 
 
 class Slowdown:
@@ -92,7 +122,7 @@ class WorkerContext:
     def __init__(self, job: Job, *, grad_extra: int = 1, param_extra: int = 2) -> None:
         self.job = job
         self.device = setup_process(job)
-        self.rec = make_recorder(job)
+        self.rec = make_recorder(job, self.device)
         tc = job.training
         self.workload = build_workload(tc.workload.name, tc.workload.params, tc.seed)
         model = self.workload.build_model()

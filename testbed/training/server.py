@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
 
     job = Job.read(argv[0])
     device = setup_process(job)
-    rec = make_recorder(job)
+    rec = make_recorder(job, device)
     try:
         server = ParameterServer(job, rec, device)
         rc = server.serve(barrier=lambda: meet(job, store_for(job), rec))
