@@ -8,9 +8,10 @@
 # Environment:
 #   TORCH_VARIANT   cpu (default) | cuda
 #   TORCH_VERSION   default 2.13.0
-#   TORCH_INDEX_URL a pip index holding CPU wheels of torch, used for the CPU
-#                   variant when no local wheel is found (PyPI's Linux torch is
-#                   the multi-GB CUDA build)
+#   TORCH_INDEX_URL a pip index to take torch from (either variant)
+#   TORCH_CPU_INDEX_URL  the CPU variant's index when no local wheel is found,
+#                   default https://download.pytorch.org/whl/cpu (PyPI's Linux
+#                   torch is the multi-GB CUDA build)
 #   WITH_VAGRANT=1  also install Debian's vagrant (CI uses it for `vagrant validate`)
 #   WITH_DOCKER=1   also install Debian's docker.io and debootstrap, and start the Docker daemon
 #                   (runtime: docker hosts; `testbed image build` makes their image)
@@ -62,21 +63,38 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PIP=("$VENV/bin/python" -m pip install -q)
 
-if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
-  case "$TORCH_VARIANT" in
-    cpu)
-      if [ -n "${TORCH_INDEX_URL:-}" ]; then
-        log "torch $TORCH_VERSION (CPU) from $TORCH_INDEX_URL"
-        "${PIP[@]}" --index-url "$TORCH_INDEX_URL" "torch==$TORCH_VERSION"
-      else
-        log "torch $TORCH_VERSION (CPU: a local wheel via PIP_FIND_LINKS when present)"
-        "${PIP[@]}" "torch==$TORCH_VERSION"
-      fi ;;
-    cuda)
-      log "torch $TORCH_VERSION (CUDA build from PyPI)"
-      "${PIP[@]}" "torch==$TORCH_VERSION" ;;
-    *) echo "TORCH_VARIANT must be cpu or cuda, got $TORCH_VARIANT" >&2; exit 2 ;;
-  esac
+# torch: the build TORCH_VARIANT asks for.  PyPI's Linux torch is the multi-GB CUDA build, so the CPU
+# variant takes a local wheel when pip's find-links has one (this project's development machines), else
+# PyTorch's CPU index; the CUDA variant replaces a CPU build that is already there.  pip shows progress.
+case "$TORCH_VARIANT" in
+  cpu|cuda) ;;
+  *) echo "TORCH_VARIANT must be cpu or cuda, got $TORCH_VARIANT" >&2; exit 2 ;;
+esac
+TORCH_CPU_INDEX_URL="${TORCH_CPU_INDEX_URL:-https://download.pytorch.org/whl/cpu}"
+have="$("$VENV/bin/python" -c 'import torch; print("cuda" if torch.version.cuda else "cpu")' 2>/dev/null || true)"
+if [ "$have" != "$TORCH_VARIANT" ]; then
+  PIPT=("$VENV/bin/python" -m pip install --progress-bar on)
+  if [ "$TORCH_VARIANT" = cpu ]; then
+    if [ -n "${TORCH_INDEX_URL:-}" ]; then
+      log "torch $TORCH_VERSION (CPU) from $TORCH_INDEX_URL"
+      "${PIPT[@]}" --index-url "$TORCH_INDEX_URL" "torch==$TORCH_VERSION"
+    elif "$VENV/bin/python" -m pip install --dry-run -q --no-deps --no-index --ignore-installed "torch==$TORCH_VERSION" &>/dev/null; then
+      log "torch $TORCH_VERSION (CPU: the local wheel pip's find-links has)"
+      "${PIPT[@]}" "torch==$TORCH_VERSION"
+    else
+      log "torch $TORCH_VERSION (CPU) from $TORCH_CPU_INDEX_URL"
+      "${PIPT[@]}" --index-url "$TORCH_CPU_INDEX_URL" --extra-index-url https://pypi.org/simple "torch==$TORCH_VERSION"
+    fi
+  else
+    log "torch $TORCH_VERSION (CUDA build from ${TORCH_INDEX_URL:-PyPI})${have:+, replacing the $have build}"
+    "${PIPT[@]}" --force-reinstall --no-deps ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==$TORCH_VERSION"
+    "${PIPT[@]}" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==$TORCH_VERSION"
+  fi
+  got="$("$VENV/bin/python" -c 'import torch; print("cuda" if torch.version.cuda else "cpu")' 2>/dev/null || true)"
+  if [ "$got" != "$TORCH_VARIANT" ]; then
+    echo "torch: asked for the $TORCH_VARIANT build, got '${got:-none}' (fix: set TORCH_INDEX_URL to an index with it)" >&2
+    exit 1
+  fi
 fi
 
 log "project + dev extras (editable)"

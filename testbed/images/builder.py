@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..network import naming
 from ..network.docker_hosts import DEFAULT_IMAGE, LABEL, DockerError, image_id
 
 #: Debian release of the image, and the Python it ships (wheels are fetched for that Python).
@@ -111,9 +112,45 @@ def debian_mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
+#: Where the CPU build of torch comes from when pip's own configuration has no local wheel of it (PyPI's
+#: Linux torch is the multi-GB CUDA build); TORCH_INDEX_URL overrides, as for the bootstrap.
+TORCH_CPU_INDEX_URL = "https://download.pytorch.org/whl/cpu"
+
+
+def torch_source(download: list[str]) -> list[str]:
+    """pip options that give the CPU build of torch: TORCH_INDEX_URL if set; else only pip's find-links when
+    they hold a wheel of it (a development machine's local wheels: no index is asked); else PyTorch's CPU index."""
+    if os.environ.get("TORCH_INDEX_URL"):
+        return ["--index-url", os.environ["TORCH_INDEX_URL"]]
+    return ["--no-index"] if _find_links_have_torch() else \
+        ["--index-url", os.environ.get("TORCH_CPU_INDEX_URL", TORCH_CPU_INDEX_URL)]
+
+
+def _find_links_have_torch() -> bool:
+    links = os.environ.get("PIP_FIND_LINKS", "")
+    try:
+        r = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.find-links"], capture_output=True,
+                           text=True, timeout=30)
+        links += " " + (r.stdout if r.returncode == 0 else "")
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    for d in links.split():
+        d = d.removeprefix("file://")
+        if Path(d).is_dir() and any(Path(d).glob("torch-*.whl")):
+            return True
+    return False
+
+
+def owned(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a build step, marked as the testbed's: `testbed clean` ends the steps (debootstrap,
+    pip, tar) of a builder that was killed, before it removes their work tree."""
+    return {**(os.environ if env is None else env), naming.OWNER_ENV: naming.PREFIX}
+
+
 def _run(step: str, argv: list[str], log: Callable[[str], None], fix: str, **kw: Any) -> None:
     t0 = time.monotonic()
     log(f"{step} ...")
+    kw["env"] = owned(kw.get("env"))
     r = subprocess.run(argv, capture_output=True, text=True, **kw)
     if r.returncode != 0:
         raise ImageBuildError(f"{step} failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()[-800:]} "
@@ -181,13 +218,15 @@ def build(name: str = DEFAULT_IMAGE, *, rebuild: bool = False, log: Callable[[st
         wheels.mkdir(parents=True, exist_ok=True)
         req = wheels / "requirements.txt"
         req.write_text("\n".join(recipe.requirements) + "\n")
-        plat = [a for p in PLATFORMS for a in ("--platform", p)]
-        index = ["--extra-index-url", os.environ["TORCH_INDEX_URL"]] if os.environ.get("TORCH_INDEX_URL") else []
+        download = [python, "-m", "pip", "download", "--quiet", "--dest", str(wheels), "--only-binary=:all:",
+                    "--python-version", SUITE_PYTHON, "--implementation", "cp",
+                    *[a for p in PLATFORMS for a in ("--platform", p)]]
+        torch_req = next(r for r in recipe.requirements if r.lower().startswith("torch=="))
+        _run(f"pip download {torch_req} (CPU build)", download + ["--no-deps", *torch_source(download), torch_req],
+             log, "set TORCH_INDEX_URL to a pip index with CPU torch wheels", timeout=3600)
         _run(f"pip download {len(recipe.requirements)} requirements for Python {SUITE_PYTHON}",
-             [python, "-m", "pip", "download", "--quiet", "--dest", str(wheels), "--only-binary=:all:",
-              "--python-version", SUITE_PYTHON, "--implementation", "cp", *plat, *index, "-r", str(req)],
-             log, "the host's pip must reach a package index (or set TORCH_INDEX_URL to one with CPU torch wheels)",
-             timeout=3600)
+             download + ["--find-links", str(wheels), "-r", str(req)],
+             log, "the host's pip must reach a package index (its configuration is used)", timeout=3600)
         _run("pip install inside the image (no network)",
              ["chroot", str(rootfs), "python3", "-m", "pip", "install", "--quiet", "--no-index", "--no-cache-dir",
               "--break-system-packages", "--find-links", "/tmp/wheels", "-r", "/tmp/wheels/requirements.txt"],
@@ -199,17 +238,20 @@ def build(name: str = DEFAULT_IMAGE, *, rebuild: bool = False, log: Callable[[st
             for f in (rootfs / d).glob("*.deb" if "archives" in d else "*_*"):
                 f.unlink(missing_ok=True)
         log("docker import ...")
-        tar = subprocess.Popen(["tar", "-C", str(rootfs), "--numeric-owner", "--one-file-system", "-c", "."], stdout=subprocess.PIPE)
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "--numeric-owner", "--one-file-system", "-c", "."],
+                               stdout=subprocess.PIPE, env=owned())
         imp = subprocess.run(["docker", "import", "--message", f"geo-testbed trainer image, recipe {recipe.digest()}",
                               "--change", f"LABEL {LABEL}.recipe={recipe.digest()}",
                               "--change", "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                               "--change", "ENV LANG=C.UTF-8", "--change", 'CMD ["python3"]', "-", tag],
-                             stdin=tar.stdout, capture_output=True, text=True)
+                             stdin=tar.stdout, capture_output=True, text=True, env=owned())
         tar.stdout.close()  # type: ignore[union-attr]
         if tar.wait() != 0 or imp.returncode != 0:
             raise ImageBuildError(f"docker import failed: {imp.stderr.strip()[-500:]} (fix: is there disk space? "
                                   "docker system df)")
         subprocess.run(["docker", "tag", tag, name], check=True, capture_output=True)
+        if cached and cached != image_id(tag):  # the image this rebuild replaced, now untagged
+            subprocess.run(["docker", "image", "rm", cached], capture_output=True)
     finally:
         remove_work(work)
     iid = image_id(tag)
