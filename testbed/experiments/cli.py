@@ -37,7 +37,28 @@ def preflight(spec: Any) -> None:
 
     check_machine_free("running trials (each builds a network)")
     check_preconditions(spec.topology, spec.impairment, spec.allow_missing_netem)
+    check_trainer_images(spec.topology)
     check_writable(Path(spec.results_dir), "results_dir")
+
+
+def check_trainer_images(topo: Any) -> None:
+    """Every image of a runtime: docker DC can run a trainer (python3 with torch): an image without them
+    would fail every trial after its network was built (DockerError: exit 2, naming the DC)."""
+    from ..images.builder import check_image
+    from ..network import docker_hosts
+
+    for image, dcs in docker_hosts.images_of(topo).items():
+        if image in _IMAGES_CHECKED:  # a sweep checks every point's spec: each image once
+            continue
+        try:
+            v = check_image(image)
+        except docker_hosts.DockerError as e:
+            raise docker_hosts.DockerError(f"dcs[{dcs[0]}].image: {e}") from None
+        _IMAGES_CHECKED.add(image)
+        _say(f"image {image} ({', '.join(dcs)}): python {v['python']}, torch {v['torch']}")
+
+
+_IMAGES_CHECKED: set[str] = set()
 
 
 def check_writable(directory: Path, field: str) -> None:

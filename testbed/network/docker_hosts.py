@@ -87,6 +87,15 @@ def require() -> None:
         raise DockerError(f"runtime: docker: {why}")
 
 
+def images_of(topo: Any) -> dict[str, list[str]]:
+    """The images a topology's runtime: docker DCs use, each with the DCs that use it."""
+    out: dict[str, list[str]] = {}
+    for dc in topo.dcs:
+        if dc.runtime == "docker":
+            out.setdefault(dc.image or DEFAULT_IMAGE, []).append(dc.name)
+    return out
+
+
 def image_id(image: str) -> str | None:
     """The image's id, or None when the daemon has no such image."""
     r = _docker("image", "inspect", "--format", "{{.Id}}", image, check=False, timeout=30)

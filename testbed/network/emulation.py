@@ -272,6 +272,7 @@ def check_preconditions(topo: Topology, impairment: str, allow_missing_netem: bo
         from . import ovs as ovsctl
 
         ovsctl.require()
+    check_docker_hosts(topo)
     _check_lan_impairment(topo, imp)
     check_backend_features(topo, imp)
     check_transport(topo)
@@ -320,11 +321,11 @@ def check_transport(topo: Topology) -> None:
 
 def check_docker_hosts(topo: Topology) -> None:
     """``runtime: docker`` DCs need a running Docker daemon and their images, checked before anything is built."""
-    images = {dc.image or docker_hosts.DEFAULT_IMAGE: dc.name for dc in topo.dcs if dc.runtime == "docker"}
+    images = docker_hosts.images_of(topo)
     if not images:
         return
     docker_hosts.require()
-    for image, dc in images.items():
+    for image, (dc, *_) in images.items():
         if docker_hosts.image_id(image) is None:
             raise docker_hosts.DockerError(
                 f"dcs[{dc}].image: image {image!r} is not in the Docker daemon (fix: "

@@ -35,6 +35,10 @@ def write_topo(tmp_path: Path, image: str, **dc: object) -> Path:
     return path
 
 
+def spec_path(tmp_path: Path, image: str) -> Path:
+    return write_topo(tmp_path, image)
+
+
 def inspect(name: str) -> dict:
     r = subprocess.run(["docker", "inspect", name], capture_output=True, text=True, check=True)
     return json.loads(r.stdout)[0]
@@ -110,6 +114,16 @@ def test_bad_images_are_refused_before_anything_is_built(tmp_path, busybox_image
     else:
         r = run_cli("image", "check", busybox_image, timeout=120)
         assert r.returncode == 2 and "python3" in r.stderr and "testbed image build" in r.stderr, r.stderr
+        # an experiment on it is refused before its first network is built
+        import yaml
+
+        exp = tmp_path / "exp.yaml"
+        exp.write_text(yaml.safe_dump({"name": "noimage", "topology": str(spec_path(tmp_path, busybox_image)),
+                                       "impairment": "userspace", "training": {"stop": {"steps": 5}},
+                                       "schemes": [{"label": "bsp", "scheme": {"name": "bsp"}}]}))
+        r = run_cli("run", str(exp), "--results", str(tmp_path / "res"), timeout=120)
+        assert r.returncode == 2 and "dcs[a].image" in r.stderr and "python3" in r.stderr, r.stderr
+        assert not (tmp_path / "res").exists() or not list((tmp_path / "res").rglob("manifest.json"))
     assert docker_hosts.owned() == [] and cleanup.leftovers() == {}
 
 
