@@ -33,6 +33,7 @@ MAX_DCS = 250
 MAX_LINKS = 250
 #: The image of ``runtime: docker`` hosts unless the spec names one (``testbed image build`` makes it).
 DEFAULT_DOCKER_IMAGE = "geo-testbed/trainer:latest"
+MAX_GPUS_PER_HOST = 64
 #: bounds of a host's ``memory:`` limit (bytes)
 MIN_MEMORY, MAX_MEMORY = 16 * 2**20, 2**40
 _NAME_RE = re.compile(r"[a-z][a-z0-9]*")
@@ -77,6 +78,7 @@ class DataCenter:
     image: str | None = None  # runtime docker: the image (None: the testbed's own, `testbed image build`)
     volumes: tuple[str, ...] = ()  # runtime docker: extra bind mounts "SRC:DST[:ro]"
     env: tuple[tuple[str, str], ...] = ()  # runtime docker: environment of the trainers
+    gpus: int | tuple[int, ...] | None = None  # per host: a count (assigned without overlap) or device indices
 
     def runtime_spec(self) -> dict[str, Any]:
         """The DC's runtime keys in spec form (empty for process hosts)."""
@@ -90,6 +92,9 @@ class DataCenter:
         if self.env:
             out["env"] = dict(self.env)
         return out
+
+    def gpu_spec(self) -> dict[str, Any]:
+        return {} if self.gpus is None else {"gpus": list(self.gpus) if isinstance(self.gpus, tuple) else self.gpus}
 
     def tcp_spec(self) -> dict[str, Any]:
         """The DC's ``tcp:`` section in spec form (only what differs from the defaults)."""
@@ -146,6 +151,7 @@ class Topology:
     #: default): every emulated interface sends wire-sized packets, so a queue limit in packets holds the
     #: packets it was sized for (README "Queues").
     gso: bool = False
+    gpu_sharing: bool = False  # hosts may share a GPU (testbed.network.gpus)
 
     # ---------------------------------------------------------------- views
     def dc(self, name: str) -> DataCenter:
@@ -300,6 +306,7 @@ class Topology:
             if dc.tcp_spec():
                 e["tcp"] = dc.tcp_spec()
             e.update(dc.runtime_spec())
+            e.update(dc.gpu_spec())
             dcs.append(e)
         d["dcs"] = dcs
 
@@ -321,6 +328,8 @@ class Topology:
             d["ps"] = self.ps
         if self.routes:
             d["routes"] = {k: list(v) for k, v in self.routes.items()}
+        if self.gpu_sharing:
+            d["gpu_sharing"] = True
         return d
 
 
@@ -386,6 +395,10 @@ class DataCenterSpec(SpecModel):
     """runtime docker: extra bind mounts SRC:DST[:ro|:rw]"""
     env: dict[str, str] | None = unit_field(None, fix="e.g. env: {NCCL_DEBUG: INFO}")
     """runtime docker: environment variables of the trainers"""
+    gpus: int | list[int] | None = unit_field(
+        None, fix="e.g. gpus: 1 (each host one GPU, assigned without overlap) or gpus: [0, 1] (device indices)")
+    """GPUs per host: a count the testbed assigns without overlap, or device indices (every host of the DC
+    gets them: with several hosts that is sharing, see gpu_sharing)"""
 
 
 class DefaultsSpec(SpecModel):
@@ -402,6 +415,7 @@ class DefaultsSpec(SpecModel):
                                    fix=f"e.g. image: {DEFAULT_DOCKER_IMAGE}")
     volumes: list[str] | None = unit_field(None, fix="e.g. volumes: ['/data:/data:ro']")
     env: dict[str, str] | None = unit_field(None, fix="e.g. env: {NCCL_DEBUG: INFO}")
+    gpus: int | list[int] | None = unit_field(None, fix="e.g. gpus: 1")
 
 
 class LinkSpec(ShapeSpec):
@@ -443,6 +457,8 @@ class TopologySpec(SpecModel):
     """DC of the parameter-server host"""
     routes: dict[str, list[str]] = unit_field(default_factory=dict, fix="e.g. {'a->c': [a, b, c]}")
     """pinned routes 'SRC->DST': [SRC, ..., DST] (the first hop; later hops must agree)"""
+    gpu_sharing: bool = unit_field(False, fix="gpu_sharing: true lets hosts share a GPU (default false)")
+    """hosts may share a GPU (more hosts' GPUs than the machine has, or one index given to several hosts)"""
 
 
 TOP_KEYS = tuple(TopologySpec.model_fields)
@@ -511,8 +527,15 @@ def from_dict(data: Any, source: str = "") -> Topology:
                   DEFAULT_CONGESTION_CONTROL)
         bufs = [next((int(getattr(t, key)) for t in (raw.tcp, defaults.tcp) if t is not None and getattr(t, key)),
                      DEFAULT_TCP_BUFFER) for key in ("receive_buffer", "send_buffer")]
+        gpus = raw.gpus if raw.gpus is not None else defaults.gpus
+        where = f"{f}.gpus" if raw.gpus is not None else "defaults.gpus"
+        if isinstance(gpus, int) and not 0 <= gpus <= MAX_GPUS_PER_HOST:
+            raise ValidationError(where, f"{gpus} GPUs per host", f"a count from 0 to {MAX_GPUS_PER_HOST}, e.g. gpus: 1")
+        if isinstance(gpus, list) and (not gpus or len(set(gpus)) != len(gpus) or min(gpus) < 0):
+            raise ValidationError(where, f"device indices {gpus}", "distinct indices >= 0, e.g. gpus: [0, 1]")
         dcs.append(DataCenter(raw.name, hosts, lan, None if cpu is None else float(cpu), raw.label, memory, cc,
-                              *bufs, **_runtime(raw, defaults, f)))
+                              *bufs, **_runtime(raw, defaults, f),
+                              gpus=tuple(gpus) if isinstance(gpus, list) else gpus))
 
     # -------------------------------------------------------------- links
     if len(dcs) > 1 and not spec.links:
@@ -586,7 +609,7 @@ def from_dict(data: Any, source: str = "") -> Topology:
         routes[str(key)] = tuple(path)
 
     topo = Topology(name, tuple(dcs), tuple(links), ps, 1.0, spec.description, routes, spec.switch, source,
-                    bool(spec.gso))
+                    bool(spec.gso), bool(spec.gpu_sharing))
     # Routing is per destination at every router: a pinned route only fixes the
     # first hop, so its later hops must agree with what the routers on it do,
     # or packets take another path (or loop).

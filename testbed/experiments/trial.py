@@ -145,6 +145,8 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
         manifest["network"] = {"up_s": net.timings.get("up_s"), "impairment": net.impairment.to_dict()
                                if net.impairment else None}
         manifest["tc_state"] = net.applied
+        if net.gpu_assignment:  # each trainer host's devices (each process records the one it used)
+            manifest["gpus"] = {node: list(d) for node, d in net.gpu_assignment.items()}
         runtimes = host_runtimes(net)
         if runtimes:  # container hosts: the image each ran, and the Python and torch inside it
             manifest["runtimes"] = runtimes

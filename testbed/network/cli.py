@@ -122,7 +122,8 @@ def _print_dry_run(net: EmulatedNetwork) -> None:
     from traffic_control.shape import WIRE_GSO_SEGS
     from traffic_control.userspace.rules import rule_argvs
 
-    from .emulation import Impairment, check_backend_features, node_sysctls
+    from . import docker_hosts
+    from .emulation import Impairment, check_backend_features, check_gpus, node_sysctls
     from .impairment import to_impairment_shape
     from .jitter_control import leaves_of
 
@@ -130,7 +131,15 @@ def _print_dry_run(net: EmulatedNetwork) -> None:
     backend = req if req != "auto" else ("netem" if _kernel_has_netem() else "userspace")
     netem = backend == "netem"
     check_backend_features(net.topo, Impairment(backend, netem))  # what up would refuse, refused here too
+    gpus = net.gpu_assignment = check_gpus(net.topo, net.plan)
     print("\n".join(net.plan.describe()))
+    for node, devices in gpus.items():
+        print(f"# {node}: GPUs {','.join(map(str, devices))}"
+              + (" (docker --gpus)" if net.docker_config(node) else " (CUDA_VISIBLE_DEVICES)"))
+    for node in net.plan.nodes:
+        cfg = net.docker_config(node)
+        if cfg is not None:
+            print("docker " + " ".join(shlex.quote(a) for a in docker_hosts.run_argv(node, cfg, [])))
     print()
     print(f"# impairment backend: {backend}")
     print("# packets: " + ("GSO super-packets (gso: true)" if net.topo.gso else

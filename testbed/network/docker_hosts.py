@@ -111,6 +111,7 @@ class HostConfig:
     env: tuple[tuple[str, str], ...] = ()
     cpu: float | None = None
     memory: int | None = None
+    gpus: tuple[int, ...] = ()  # device indices (testbed.network.gpus), handed over by Docker's NVIDIA runtime
 
 
 def source_root() -> Path:
@@ -134,6 +135,10 @@ def run_argv(node: str, cfg: HostConfig, shared: list[Path]) -> list[str]:
         argv += ["--cpus", f"{cfg.cpu:g}"]
     if cfg.memory is not None:
         argv += ["--memory", str(cfg.memory), "--memory-swap", str(cfg.memory)]
+    if cfg.gpus:
+        from .gpus import docker_request
+
+        argv += docker_request(cfg.gpus)
     return argv + ["--entrypoint", KEEPALIVE[0], cfg.image, *KEEPALIVE[1:]]
 
 

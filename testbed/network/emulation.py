@@ -273,6 +273,7 @@ def check_preconditions(topo: Topology, impairment: str, allow_missing_netem: bo
 
         ovsctl.require()
     check_docker_hosts(topo)
+    check_gpus(topo, plan_network(topo))
     _check_lan_impairment(topo, imp)
     check_backend_features(topo, imp)
     check_transport(topo)
@@ -317,6 +318,20 @@ def check_transport(topo: Topology) -> None:
         if problem:
             msg, _, fix = problem.partition("; fix: ")
             raise ValidationError(f"dcs[{i}].tcp.congestion_control", msg, fix)
+
+
+def check_gpus(topo: Topology, plan: NetPlan) -> dict[str, tuple[int, ...]]:
+    """The GPU devices of every trainer host (``{}`` when no DC asks for GPUs): checked against the machine's
+    (ValidationError naming ``dcs[i].gpus``) and, for container hosts, Docker's NVIDIA runtime."""
+    from . import gpus
+
+    if not gpus.wanted(topo):
+        return {}
+    hosts = [(n.name, n.dc) for n in plan.nodes.values() if n.role == "host"]
+    out = gpus.assign(topo, hosts, len(gpus.machine_gpus()))
+    if any(topo.dc(dc).runtime == "docker" and out.get(node) for node, dc in hosts):
+        gpus.check_docker_gpus()
+    return out
 
 
 def check_docker_hosts(topo: Topology) -> None:
@@ -390,6 +405,8 @@ class EmulatedNetwork:
         self.attached = False  # True: built by another process (see attach); stop() leaves it up
         self._sw_handles: dict[str, Any] = {}
         self._bridge_index: dict[str, int] = {}  # switch namespace -> its bridge's ifindex
+        #: GPU devices per trainer host (testbed.network.gpus; empty when no DC asks for GPUs)
+        self.gpu_assignment: dict[str, tuple[int, ...]] = {}
         #: directories a container host mounts read-write at their own path (a trial's records)
         self.shared_dirs: list[Path] = [Path(d).resolve() for d in shared_dirs]
 
@@ -410,6 +427,7 @@ class EmulatedNetwork:
 
             ovsctl.require()
         check_docker_hosts(self.topo)
+        self.gpu_assignment = check_gpus(self.topo, self.plan)
         _check_lan_impairment(self.topo, self.impairment)
         check_backend_features(self.topo, self.impairment)
         check_transport(self.topo)
@@ -492,7 +510,7 @@ class EmulatedNetwork:
         if plan.role not in ("host", "ps") or dc.runtime != "docker":
             return None
         return docker_hosts.HostConfig(dc.image or docker_hosts.DEFAULT_IMAGE, dc.volumes, dc.env,
-                                       plan.cpu, plan.memory)
+                                       plan.cpu, plan.memory, self.gpu_assignment.get(node, ()))
 
     def container_pid(self, node: str) -> int | None:
         """The pid of ``node``'s container's first process (None: not a container, or not built here)."""
@@ -506,6 +524,10 @@ class EmulatedNetwork:
         cfg = self.docker_config(node)
         pid = self.container_pid(node)
         if cfg is None or pid is None:
+            if self.gpu_assignment:  # its own devices only (none for a host without gpus:)
+                from .gpus import visible_devices
+
+                env = {**env, "CUDA_VISIBLE_DEVICES": visible_devices(self.gpu_assignment.get(node))}
             p = self.popen(node, argv, env=env, **kw)
             p.trainer_pid = p.pid
             return p
