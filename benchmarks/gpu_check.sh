@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
-# The prepared GPU check, for a session whose task is lent a GPU machine
-# (device tool: one run, results under $OUT).  It sets the project up with
-# the CUDA build of torch, runs benchmarks/gpu_two_dc.yaml, and checks that
-# (1) the workers ran on CUDA and (2) the bytes the schemes report crossing
-# DCs were seen on the emulated WAN interfaces (the report's byte table).
+# The GPU check (benchmarks/gpu_check.py; README "GPU check").
+#
+#   benchmarks/gpu_check.sh --prepare    here, before a device run: the wheels the GPU machine's own
+#                                        Python 3.12 may lack, into .gpu_wheels/ (git-ignored, ~4 MB)
+#   benchmarks/gpu_check.sh [--device cpu]   there (device tool: carry .gpu_wheels), results under $OUT
+#
+# The GPU machine has its own Python with torch (CUDA) and no package registries: the check uses that
+# torch and installs nothing into the system.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT="${OUT:-/tmp/gpu-check}"
-mkdir -p "$OUT"
-TORCH_VARIANT=cuda scripts/bootstrap.sh 2>&1 | tail -5
-.venv/bin/python -c 'import torch; print("cuda", torch.cuda.is_available(), torch.cuda.get_device_name(0))' | tee "$OUT/cuda.txt"
-.venv/bin/testbed doctor | tee "$OUT/doctor.txt" || true
-.venv/bin/testbed run benchmarks/gpu_two_dc.yaml --results "$OUT/results" 2>&1 | tail -20 | tee "$OUT/run.txt"
-run=$(ls -d "$OUT"/results/gpu_two_dc/*/ | tail -1)
-grep -h '"device"' "$run"/trials/*/jobs/0.json | head -2 | tee -a "$OUT/run.txt"
-grep -l "cuda" "$run"/trials/*/logs/*.log | head -3 | tee -a "$OUT/run.txt" || true
-cp "$run/summary.md" "$OUT/summary.md"
-sed -n '/Per trial/,/^$/p' "$OUT/summary.md"
+if [ "${1:-}" = --prepare ]; then
+  PY="${PY:-.venv/bin/python}"
+  pins=$("$PY" - <<'PY'
+from importlib.metadata import version
+print(" ".join(f"{d}=={version(d)}" for d in ("pydantic", "pydantic_core", "annotated_types", "typing_inspection",
+                                               "typing_extensions", "psutil", "pyroute2")), "PyYAML>=6.0.1")
+PY
+)
+  # shellcheck disable=SC2086
+  "$PY" -m pip download --quiet --dest .gpu_wheels --only-binary=:all: --no-deps --python-version 3.12 \
+    --implementation cp --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux_2_28_x86_64 --platform any $pins
+  du -sh .gpu_wheels
+  exit 0
+fi
+exec "${GPU_PYTHON:-python3}" benchmarks/gpu_check.py "$@"
