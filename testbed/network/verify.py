@@ -35,6 +35,9 @@ stated in the output:
   (the WAN direction, or a LAN segment of the endpoints when slower) x
   1448/1514 (TCP payload per wire byte).  Not checked on lossy or reordering
   links (TCP's loss response, not the shaper, sets the rate there): reported.
+  A reading below the bar is measured once more and the better run counts
+  (``attempts``): a shaper never delivers more than its rate, so only a low
+  reading can be the machine's, and a link really too slow reads low twice.
 
 When delay was skipped (``--impairment none``, ``--allow-missing-netem``) the
 RTT rows say ``skipped`` and do not fail the run: the spec was knowingly not
@@ -46,7 +49,7 @@ from __future__ import annotations
 import itertools
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -208,18 +211,24 @@ def _verify_link(net: EmulatedNetwork, eps: Endpoints, w: WanPlan, seconds: floa
     for src, dst, shape in ((w.a, w.b, w.forward), (w.b, w.a, w.reverse)):
         if not shape.rate_bps:
             continue
-        with eps.over(w, src, dst) as (s_ep, d_ep, pinned):
-            say(f"iperf3 {src}->{dst} ({seconds:g} s, {s_ep.node} -> {d_ep.node}"
-                + (", path pinned onto the link" if pinned else "") + ") ...")
-            res = iperf3(net, s_ep.node, d_ep.node, d_ep.ip, seconds=seconds)
-        bottleneck, rate = path_rate(net, src, dst, shape.rate_bps, s_ep, d_ep)
-        # the flow's MSS follows the smallest MTU on its way: the link's, the end DCs' LANs, a probe's (1500)
-        mtu = min([shape.mtu, net.topo.dc(src).lan.mtu, net.topo.dc(dst).lan.mtu]
-                  + [DEFAULT_MTU for e in (s_ep, d_ep) if e.probe])
-        ideal = rate * tcp_payload_fraction(mtu)
-        ratio = res["bps"] / ideal
         lossy = (shape.expected_loss_pct > 0 or shape.corrupt_pct > 0
                  or (applied and shape.jitter_s > 0 and shape.reorder))
+        with eps.over(w, src, dst) as (s_ep, d_ep, pinned):
+            bottleneck, rate = path_rate(net, src, dst, shape.rate_bps, s_ep, d_ep)
+            # the flow's MSS follows the smallest MTU on its way: the link's, the end DCs' LANs, a probe's (1500)
+            mtu = min([shape.mtu, net.topo.dc(src).lan.mtu, net.topo.dc(dst).lan.mtu]
+                      + [DEFAULT_MTU for e in (s_ep, d_ep) if e.probe])
+            ideal = rate * tcp_payload_fraction(mtu)
+
+            what = (f"iperf3 {src}->{dst} ({seconds:g} s, {s_ep.node} -> {d_ep.node}"
+                    + (", path pinned onto the link" if pinned else ""))
+
+            def measure(again: bool, what: str = what, s: Any = s_ep, d: Any = d_ep) -> dict[str, Any]:
+                say(what + (", again" if again else "") + ") ...")
+                return iperf3(net, s.node, d.node, d.ip, seconds=seconds)
+
+            res, attempts = best_goodput(measure, ideal, retry=not lossy)
+        ratio = res["bps"] / ideal
         status = "info" if lossy else ("pass" if ratio >= GOODPUT_MIN_RATIO else "fail")
         hint = None
         if status == "fail" and not net.topo.gso and rate > GSO_HINT_BPS:
@@ -236,8 +245,22 @@ def _verify_link(net: EmulatedNetwork, eps: Endpoints, w: WanPlan, seconds: floa
                             {"ratio": ratio, "rate_bps": shape.rate_bps, "bottleneck": bottleneck,
                              "retransmits": res.get("retransmits"), "between": f"{s_ep.node} -> {d_ep.node}",
                              "probe_endpoints": [e.node for e in (s_ep, d_ep) if e.probe],
-                             "pinned": pinned, **({"hint": hint} if hint else {})}))
+                             "pinned": pinned, "attempts": attempts, **({"hint": hint} if hint else {})}))
     return checks
+
+
+def best_goodput(measure: Callable[[bool], dict[str, Any]], ideal: float,
+                 retry: bool = True) -> tuple[dict[str, Any], int]:
+    """One goodput run (``measure(again)``: iperf3's result); a reading below the bar is measured once more
+    and the better run counts, as :func:`min_rtt` does for a high minimum.  A shaper never delivers more
+    than its rate, so only a low reading can be the machine's (a CPU stall in a 2 s run: CI once read
+    0.942 of the ideal with 1034 retransmits on an undelayed 100 Mbit/s link), and a link that is really
+    too slow reads low twice.  Returns (the better result, runs made)."""
+    res = measure(False)
+    if not retry or res["bps"] / ideal >= GOODPUT_MIN_RATIO:
+        return res, 1
+    again = measure(True)
+    return (again if again["bps"] > res["bps"] else res), 2
 
 
 def df_ping_fits(net: EmulatedNetwork, node: str, ip: str, payload: int, tries: int = 5) -> bool:
