@@ -119,7 +119,8 @@ def test_bad_images_are_refused_before_anything_is_built(tmp_path, busybox_image
 
         exp = tmp_path / "exp.yaml"
         exp.write_text(yaml.safe_dump({"name": "noimage", "topology": str(spec_path(tmp_path, busybox_image)),
-                                       "impairment": "userspace", "training": {"stop": {"steps": 5}},
+                                       "impairment": "userspace",
+                                       "training": {"workload": {"name": "digits"}, "stop": {"steps": 5}},
                                        "schemes": [{"label": "bsp", "scheme": {"name": "bsp"}}]}))
         r = run_cli("run", str(exp), "--results", str(tmp_path / "res"), timeout=120)
         assert r.returncode == 2 and "dcs[a].image" in r.stderr and "python3" in r.stderr, r.stderr

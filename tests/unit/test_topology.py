@@ -172,7 +172,7 @@ def _set(path, value):
 #: (id, spec, field path): every bad-input case of issue 2.
 BAD = [
     ("unknown-top-key", mutate(_set(["colour"], "red")), "colour"),
-    ("unknown-dc-key", mutate(_set(["dcs", 0, "gpus"], 4)), "dcs[0].gpus"),
+    ("unknown-dc-key", mutate(_set(["dcs", 0, "accelerators"], 4)), "dcs[0].accelerators"),
     ("unknown-link-key", mutate(_set(["links", 1, "latency"], "5ms")), "links[1].latency"),
     ("unknown-forward-key", mutate(_set(["links", 0, "forward"], {"bandwidth": "1Gbit"})), "links[0].forward.bandwidth"),
     ("unknown-defaults-key", mutate(_set(["defaults"], {"hots": 2})), "defaults.hots"),
