@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 import warnings
 from typing import Any
 
@@ -83,15 +85,25 @@ def _show_unit_warnings() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _show_unit_warnings()
+    # Ctrl-C while the subcommands load is held until they have loaded, then ends the process (130):
+    # nothing was started yet.  Raised inside an import it could surface as anything: pydantic turns it
+    # into a SchemaError while it builds a model (CI: exit 1 with a traceback, 0.3 s into `net up`), and
+    # an interpreter left marked as interrupted dies by SIGINT at shutdown (-2, seen at 1.1 s).
+    pressed: list[int] = []
+    held = threading.current_thread() is threading.main_thread()  # signal handlers: main thread only
+    previous = signal.signal(signal.SIGINT, lambda *_: pressed.append(1)) if held else None
     try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
-    except KeyboardInterrupt:  # Ctrl-C while the subcommands load: nothing was started yet
+        try:
+            parser = build_parser()
+            args = parser.parse_args(argv)
+        except KeyboardInterrupt:  # pressed before the handler above was in place
+            pressed.append(1)
+    finally:
+        if held:
+            signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+    if pressed:
         print("interrupted", file=sys.stderr)
         sys.stderr.flush()
-        # Exit at once: a Ctrl-C that lands inside an import can leave the interpreter marked as
-        # interrupted, and its shutdown then kills the process with SIGINT (status -2 instead of
-        # 130, seen once in CI at 1.1 s into `net up`); nothing exists yet that needs cleaning up.
         import os
 
         os._exit(130)

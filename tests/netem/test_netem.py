@@ -286,8 +286,9 @@ def test_jitter_in_order_gives_bulk_traffic_the_defined_distribution(net):
     shape = w.forward if w.a == "b" else w.reverse
     spacing = 0.002 if IN_LAB else SPACING_S  # a Python sender under TCG: fewer, later stamps
     count = int(train_seconds(shape) / spacing)
-    sent, got = run_train(net, router("b"), router("d"), peer_ip(net, "b", "d"), count, spacing,
-                          shape.delay_s + shape.jitter_s)
+    sent, got = daemon_train(net, router("b"), "w-d", lambda: run_train(net, router("b"), router("d"),
+                             peer_ip(net, "b", "d"), count, spacing, shape.delay_s + shape.jitter_s),
+                             "the dense jitter train b->d", count)
     rows = {c.kind: c for c in checks_for("b->d", shape, sent, got)}
     report("jitter b->d (dense train)", ", ".join(f"{k} {c.measured} (expected {c.expected}) {c.status}"
                                                   for k, c in rows.items()))
@@ -303,6 +304,41 @@ def test_jitter_in_order_gives_bulk_traffic_the_defined_distribution(net):
     assert mean_exp - tol <= mean <= mean_exp + tol + (TCG_SLACK_S / 2 if IN_LAB else 0), rows["delay_mean"]
     assert rows["delay_sd"].status == "pass", rows["delay_sd"]
     assert rows["reordering"].status == "pass" and rows["loss"].status == "pass"
+
+
+#: A release this late is the machine's, not the emulation's: the daemon was not running when packets were due
+#: (its lateness histogram: bucket k counts release turns late by [2^(k-1), 2^k) us; from 8.2 ms up).  A turn
+#: releases every packet then due, and packets that reached the queue while the daemon was stopped are
+#: stamped when it wakes, so one late turn can stand for a whole stopped spell (measured: SIGSTOP of the
+#: daemon for 0.3 s in a 1 ms-spaced train counted 1 late turn).
+LATE_US_BUCKET = 14
+
+
+def daemon_late(net, node: str, ifname: str) -> int:
+    """Release turns of the userspace daemon on node:ifname that came >= 8.2 ms late, so far (0 without one)."""
+    imp = next((i for i in net.userspace if i.node == node and i.ifname == ifname), None)
+    if imp is None:
+        return 0
+    time.sleep(0.25)  # its heartbeat (every 0.1 s) has counted what was released
+    hist = imp.health().stats.get("late_hist_log2_us") or []
+    return int(sum(hist[LATE_US_BUCKET:]))
+
+
+def daemon_train(net, node: str, ifname: str, train, what: str, packets: int, attempts: int = 3):
+    """``train()`` (stall-watched) measured again, up to ``attempts`` times, while the daemon that holds its
+    packets had a release turn >= 8.2 ms late during it: the machine stopped the daemon (CI read p99 45 and
+    70 ms for 10 +- 4 ms that way, two tests of one run, with no stall of the test process itself), which
+    no bar should absorb.  Natively the daemon releases within tens of microseconds (README "Delay without
+    netem"); a daemon that is late every time fails on the last train as before."""
+    for attempt in range(attempts):
+        before = daemon_late(net, node, ifname)
+        out = measure(train, what)
+        late = daemon_late(net, node, ifname) - before
+        if not late or attempt == attempts - 1:
+            return out
+        print(f"LATE: the daemon on {node}:{ifname} had {late} release turn(s) >= 8.2 ms late during {what} "
+              f"(~{packets} packets; the machine stopped it, not the emulation); measuring again")
+    raise AssertionError("unreachable")
 
 
 MIN_DRAWS = 56  # an order-kept train holds 100 draws natively; 8 % of the pareto table lies past 1.5 sd: 0.92^56 = 0.9 % to miss
@@ -359,7 +395,8 @@ def test_pareto_jitter_gives_the_tables_distribution(net, dc):
         # (CI once read sd 0.69 ms and p99 9.4 ms for 10 +- 4 ms: a handful of draws, not 100); measured again
         sent, got, drawn = driver_train(train, count, f"the pareto train b->{dc}")
     else:
-        sent, got = measure(lambda: train(count), f"the pareto train b->{dc}")
+        sent, got = daemon_train(net, router("b"), f"w-{dc}", lambda: train(count), f"the pareto train b->{dc}",
+                                 count)
     rows = {c.kind: c for c in checks_for(f"b->{dc}", shape, sent, got)}
     report(f"pareto b->{dc} ({'reorder' if shape.reorder else 'in order'})",
            ", ".join(f"{k} {c.measured} (expected {c.expected}) {c.status}" for k, c in rows.items())
