@@ -157,9 +157,32 @@ def start(node: str, cfg: HostConfig, shared: list[Path]) -> tuple[str, int]:
     return cid, int(state["Pid"])
 
 
+def _daemon_reachable() -> bool:
+    """Whether a Docker daemon answers on its socket, found without starting the docker CLI.
+
+    ``testbed clean`` and every leftover check ask for the testbed's containers; the CLI is a large Go
+    program whose start costs ~50 ms here and seconds inside the kernel lab (QEMU TCG), where no daemon
+    runs at all (measured: the lab stage of ``make test`` slowed several-fold when every check started it).
+    """
+    if os.environ.get("GEO_TESTBED_IN_LAB") == "1":
+        return False
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if not host.startswith("unix://"):
+        return True  # a TCP daemon: let the CLI find out
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        try:
+            sock.connect(host.removeprefix("unix://"))
+        except OSError:
+            return False
+    return True
+
+
 def owned() -> list[str]:
     """Names of the testbed's containers (running or not)."""
-    if shutil.which("docker") is None:
+    if shutil.which("docker") is None or not _daemon_reachable():
         return []
     try:
         r = _docker("ps", "--all", "--quiet", "--filter", f"label={LABEL}={naming.PREFIX}",
