@@ -203,8 +203,7 @@ def build(name: str = DEFAULT_IMAGE, *, rebuild: bool = False, log: Callable[[st
         log(f"image {tag}: cached ({cached[:19]}); tagged {name}")
         return {"tag": tag, "name": name, "id": cached, "cached": True, "recipe": recipe.requirements}
     if shutil.which("debootstrap") is None:
-        raise ImageBuildError("debootstrap is missing (fix: sudo WITH_DOCKER=1 scripts/bootstrap.sh, or "
-                              "apt-get install debootstrap)")
+        raise ImageBuildError("debootstrap is missing (fix: sudo WITH_DOCKER=1 scripts/bootstrap.sh)")
     remove_stale_work()
     work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=WORK_ROOT))
     (work / "builder.pid").write_text(str(os.getpid()))
@@ -263,12 +262,12 @@ def build(name: str = DEFAULT_IMAGE, *, rebuild: bool = False, log: Callable[[st
 
 def check_image(image: str) -> dict[str, Any]:
     """What ``image`` runs a trainer with: its python3 and torch (an error naming what lacks, else versions)."""
-    code = "import platform, torch, numpy; print(platform.python_version(), torch.__version__)"
+    from ..network.docker_hosts import VERSION_PROBE
+
     r = subprocess.run(["docker", "run", "--rm", "--network", "none", "--label", f"{LABEL}=tb", "--entrypoint",
-                        "python3", image, "-c", code], capture_output=True, text=True, timeout=300)
+                        "python3", image, "-c", VERSION_PROBE], capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         raise DockerError(f"image {image!r} cannot run a trainer: python3 -c 'import torch, numpy' said "
                           f"{(r.stderr or r.stdout).strip()[-300:]} (fix: an image with Python 3 and torch, "
                           "e.g. `testbed image build`)")
-    py, torch = r.stdout.split()[-2:]
-    return {"python": py, "torch": torch}
+    return json.loads(r.stdout.strip().splitlines()[-1])

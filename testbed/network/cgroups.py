@@ -157,14 +157,26 @@ def preexec(node: str) -> Callable[[], None] | None:
     parent might hold.  None when the node has no group.
     """
     targets = [str(p) for p in procs_files(node)]
-    if not targets:
-        return None
+    return preexec_into(targets) if targets else None
+
+
+def preexec_into(targets: list[str], strict: bool = True) -> Callable[[], None]:
+    """A ``preexec_fn`` writing the new process into each ``cgroup.procs`` of ``targets`` (paths computed
+    beforehand); ``strict=False`` skips a group it cannot enter (a container's, which may be going)."""
 
     def enter() -> None:
         for target in targets:
-            fd = os.open(target, os.O_WRONLY)
+            try:
+                fd = os.open(target, os.O_WRONLY)
+            except OSError:
+                if strict:
+                    raise
+                continue
             try:
                 os.write(fd, b"0\n")
+            except OSError:
+                if strict:
+                    raise
             finally:
                 os.close(fd)
 

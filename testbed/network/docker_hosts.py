@@ -269,22 +269,9 @@ def child_pid(pid: int, timeout: float = 5.0) -> int:
 
 def trainer_preexec(pid: int) -> Callable[[], None]:
     """A ``preexec_fn`` moving the new process into the container's cgroups (its --cpus/--memory apply)."""
-    targets = cgroup_procs(pid)
+    from .cgroups import preexec_into
 
-    def enter() -> None:
-        for target in targets:
-            try:
-                fd = os.open(target, os.O_WRONLY)
-            except OSError:
-                continue
-            try:
-                os.write(fd, b"0\n")
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
-
-    return enter
+    return preexec_into(cgroup_procs(pid), strict=False)
 
 
 def trainer_env(env: dict[str, str], cfg: HostConfig) -> dict[str, str]:
@@ -299,12 +286,15 @@ def trainer_env(env: dict[str, str], cfg: HostConfig) -> dict[str, str]:
     return keep
 
 
+#: What a container's python3 and torch are (one JSON line); an import error of torch or numpy fails it.
+VERSION_PROBE = ("import json, platform, sys, numpy, torch\n"
+                 "print(json.dumps({'python': platform.python_version(), 'executable': sys.executable, "
+                 "'torch': torch.__version__}))")
+
+
 def versions(node: str) -> dict[str, Any]:
-    """The image's Python and torch as the container reports them (recorded in the manifest)."""
-    code = ("import json, platform, sys\n"
-            "try:\n import torch; t = torch.__version__\nexcept Exception as e: t = None\n"
-            "print(json.dumps({'python': platform.python_version(), 'executable': sys.executable, 'torch': t}))")
-    r = _docker("exec", container_name(node), "python3", "-c", code, check=False, timeout=120)
+    """The image's Python and torch as the running container reports them (recorded in the manifest)."""
+    r = _docker("exec", container_name(node), "python3", "-c", VERSION_PROBE, check=False, timeout=120)
     if r.returncode != 0:
         return {"error": (r.stderr or r.stdout).strip()[-300:]}
     return json.loads(r.stdout.strip().splitlines()[-1])
