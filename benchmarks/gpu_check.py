@@ -107,7 +107,7 @@ def probes() -> dict[str, tuple[bool, str]]:
     return out
 
 
-def loopback(label: str, cfg: dict, device: str, dcs: dict[str, int], site: str) -> None:
+def loopback(label: str, cfg: dict, device: str, dcs: dict[str, int], site: str, backend: str = "gloo") -> None:
     """One trial on 127.0.0.1 with every process on ``device``; the records say where each ran."""
     from testbed.training.local import run_local
 
@@ -125,6 +125,12 @@ def loopback(label: str, cfg: dict, device: str, dcs: dict[str, int], site: str)
     compute = [s for s in spans if s.get("phase") == "compute"]
     off = [s for s in compute if s.get("device", "").split(":")[0] != device]
     names = sorted({r["device"].get("name", device) for r in procs.values()})
+    if backend == "nccl":  # each rank on its own device, NCCL told to use sockets only
+        devs = [r["device"].get("index") for r in procs.values() if r.get("backend") == "nccl"]
+        told = [r for r in procs.values() if r.get("nccl_env", {}).get("NCCL_P2P_DISABLE") == "1"]
+        if len(devs) < 2 or len(set(devs)) != len(devs) or len(told) != len(devs):
+            line(f"(a) {label}", "FAIL", f"nccl ranks on devices {devs}, {len(told)} with the socket-only env")
+            return
     if not procs or wrong or not compute or off:
         line(f"(a) {label}", "FAIL", f"processes {len(procs)}, not on {device}: {wrong}; compute spans "
              f"{len(compute)}, {len(off)} elsewhere")
@@ -174,6 +180,12 @@ def main() -> int:
                  site)
         loopback("asp (parameter server)", {**digits, "scheme": {"name": "asp"}}, args.device, {"a": 1, "b": 1},
                  site)
+        if args.device == "cuda" and int(info.get("gpus") or 0) >= 2:
+            loopback("bsp (nccl, sockets only)", {**digits, "scheme": {"name": "bsp"}, "backend": "nccl"}, "cuda",
+                     {"a": 1, "b": 1}, site, backend="nccl")
+        else:
+            line("(a) bsp (nccl, sockets only)", "not run", f"NCCL needs one GPU per rank (2 ranks); this machine "
+                 f"has {int(info.get('gpus') or 0)}")
     emulated(allowed, args.device)
     line("total", "info", f"{time.monotonic() - t0:.0f} s; results in {OUT}")
     (OUT / "gpu_check.txt").write_text("\n".join(LINES) + "\n")

@@ -292,6 +292,11 @@ def parse_experiment(data: Any, source: str = "") -> ExperimentSpec:
                 if base_e.field == e.field:
                     raise named(base_e, "training") from None
             raise named(e, f"{f}.training") from None
+        if training.get("backend") == "nccl":
+            from ..network.gpus import check_nccl
+
+            check_nccl(topo, workers, f"{f}.training.backend" if "backend" in (entry.training or {})
+                       else "training.backend")
         spec.schemes.append(SchemeRun(label, training))
     spec.lr_search = parse_lr_search(m.lr_search, seed, reps, [s.label for s in spec.schemes])
     return spec

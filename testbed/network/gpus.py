@@ -97,6 +97,23 @@ def assign(topo: Any, hosts: list[tuple[str, str]], available: int) -> dict[str,
     return out
 
 
+def check_nccl(topo: Any, workers: list[tuple[str, str]], field: str) -> None:
+    """``backend: nccl`` can run on this topology: every worker host has GPUs of its own.
+
+    NCCL needs one device per rank (two ranks on one device fail in NCCL's
+    set-up), so every DC holding workers must name ``gpus`` and the hosts may
+    not share them; :func:`assign` then refuses more GPUs than the machine has.
+    Raises :class:`ValidationError` naming ``field`` (the backend) and the fix.
+    """
+    missing = sorted({dc for _, dc in workers if topo.dc(dc).gpus in (None, 0)})
+    if missing:
+        raise ValidationError(field, f"nccl needs one GPU per worker, but DC(s) {', '.join(missing)} give their "
+                              "hosts no gpus", "give every trainer DC gpus: 1 (or device indices), or backend: gloo")
+    if topo.gpu_sharing:
+        raise ValidationError(field, "nccl needs one GPU per worker, but gpu_sharing: true lets workers share one",
+                              "remove gpu_sharing (each host its own device), or backend: gloo")
+
+
 def visible_devices(devices: tuple[int, ...] | None) -> str:
     """``CUDA_VISIBLE_DEVICES`` for a host: its devices, or none at all ("")."""
     return ",".join(str(i) for i in devices or ())

@@ -79,7 +79,7 @@ def _p2p_ring_allreduce(buf: torch.Tensor, ring: Sequence[int], group: object | 
     me = ring.index(dist.get_rank())
     right, left = ring[(me + 1) % n], ring[(me - 1) % n]
     chunks = list(buf.tensor_split(n))
-    tmp = torch.empty(max(c.numel() for c in chunks), dtype=buf.dtype)
+    tmp = torch.empty(max(c.numel() for c in chunks), dtype=buf.dtype, device=buf.device)
     sent = 0
     for i in range(n - 1):  # reduce-scatter: after it, rank `me` owns the full sum of chunk me+1
         s, r = chunks[(me - i) % n], chunks[(me - i - 1) % n]

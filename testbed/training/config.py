@@ -10,6 +10,7 @@ Example (every key but ``workload`` and ``scheme`` has a default)::
       eval_every: 10              # or, the same cadence for every scheme:
       eval_every_samples: 2560    # a snapshot per 2560 training samples (all workers)
       device: auto
+      backend: gloo               # or nccl: the workers' collectives on CUDA tensors over NCCL
       threads: 1
       seed: 0
       slowdown:
@@ -281,6 +282,10 @@ class TrainingConfig:
     # together cross a multiple of this (see evaluator.EvalCadence); None = every eval_every updates.
     eval_every_samples: int | None = None
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # The workers' collectives: gloo (default, CPU tensors) or NCCL on CUDA tensors, forced onto the
+    # emulated interface (training.dist.nccl_env); the parameter server's TCP and BLP's point-to-point
+    # executor stay on their own paths (TCP, gloo).  NCCL needs one GPU per worker (spec check).
+    backend: Literal["gloo", "nccl"] = "gloo"
     threads: int = 1  # torch intra-op threads per process
     seed: int = 0
     slowdown: list[SlowdownRule] = field(default_factory=list)
@@ -298,6 +303,9 @@ class TrainingConfig:
         if self.eval_every_samples is not None and self.eval_every_samples < 1:
             raise ValidationError(f"{field}.eval_every_samples", "must be >= 1",
                                   "use e.g. 10 x workers x batch_size, or leave it out")
+        if self.backend == "nccl" and self.device == "cpu":
+            raise ValidationError(f"{field}.backend", "nccl runs collectives on CUDA tensors, but device is cpu",
+                                  "device: cuda (with gpus: per trainer DC), or backend: gloo")
         if self.threads < 1:
             raise ValidationError(f"{field}.threads", "must be >= 1", "use 1 (default)")
         for name in ("rendezvous_port", "server_port"):

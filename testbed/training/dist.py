@@ -6,6 +6,13 @@ rendezvous port; gloo's own connections use the interface named by
 ``GLOO_SOCKET_IFNAME`` (set from the job by ``runtime.setup_process``), so
 all of it crosses the emulated network.  ``new_group`` is collective over
 the whole world: every rank creates every subgroup, in the same order.
+
+``training.backend: nccl`` makes the world ``cpu:gloo,cuda:nccl``: collectives
+on CUDA tensors (the flat gradient and parameter buffers, which the worker
+context then hands out on the device) run on NCCL, everything on CPU tensors
+(barriers, BLP's point-to-point executor) stays on gloo.  NCCL is forced onto
+the emulated interface by :func:`nccl_env`, so every byte it moves crosses the
+shaped links and the spans' byte counts stay exact.
 """
 
 from __future__ import annotations
@@ -20,6 +27,37 @@ from testbed.collect.recorder import Recorder
 from testbed.training.jobs import Job, Peer
 
 
+def nccl_env(ifname: str | None, host: str) -> dict[str, str]:
+    """NCCL's environment for one worker: sockets on the emulated interface, nothing else.
+
+    * ``NCCL_SOCKET_IFNAME``: the host's emulated interface (the bootstrap and
+      every data connection), ``NCCL_NET=Socket`` and ``NCCL_IB_DISABLE``: no
+      InfiniBand/RoCE verbs, which would bypass the kernel's shaping.
+    * ``NCCL_P2P_DISABLE``, ``NCCL_SHM_DISABLE``, ``NCCL_NVLS_ENABLE=0``,
+      ``NCCL_COLLNET_ENABLE=0``: no NVLink/PCIe peer copies, shared memory or
+      switch offload between ranks on one machine.
+    * ``NCCL_HOSTID``: the emulated host's name, so NCCL sees every host as
+      its own node (process hosts share the machine's hostname and boot id,
+      from which NCCL would otherwise conclude they are one node).
+    * ``NCCL_ALGO=Ring``, ``NCCL_PROTO=Simple``: the ring the spans count
+      (``2 (n-1)/n * S`` per rank) and payload-sized messages (the LL
+      protocols send a flag word beside every data word).
+    """
+    env = {
+        "NCCL_NET": "Socket", "NCCL_IB_DISABLE": "1", "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1",
+        "NCCL_NVLS_ENABLE": "0", "NCCL_COLLNET_ENABLE": "0", "NCCL_HOSTID": host,
+        "NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple",
+    }
+    if ifname:
+        env["NCCL_SOCKET_IFNAME"] = ifname
+    return env
+
+
+def backend_of(job: Job) -> str:
+    """The ``init_process_group`` backend string of the job's world."""
+    return "cpu:gloo,cuda:nccl" if job.training.backend == "nccl" else "gloo"
+
+
 def init_world(job: Job, rec: Recorder) -> None:
     """The gloo world of the workers, rendezvous through the trial's store (``start.store_for``),
     which the start barrier shares, so the parameter server can meet the workers there too."""
@@ -27,7 +65,7 @@ def init_world(job: Job, rec: Recorder) -> None:
 
     with rec.span("wait", what="rendezvous", peer=f"{job.rendezvous_addr}:{job.rendezvous_port}"):
         dist.init_process_group(
-            "gloo",
+            backend_of(job),
             store=dist.PrefixStore("gloo/", store_for(job)),
             rank=job.rank,
             world_size=job.world_size,

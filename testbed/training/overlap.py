@@ -213,6 +213,7 @@ class ExpertSlot:
     opt: torch.optim.Optimizer
     updates: int = 0
     backward_s: float = 0.0  # duration of the last backward (ddp_overlap pads the step before it)
+    direct: bool = False  # collectives take the device buffer itself (backend: nccl), no CPU staging
     _staging: torch.Tensor | None = field(default=None, repr=False)
 
     @property
@@ -220,13 +221,14 @@ class ExpertSlot:
         return self.flat.n
 
     def sync_buffer(self, lo: int = 0, hi: int | None = None) -> torch.Tensor:
-        """CPU view of ``grad_buf[lo:hi]`` (default: the gradient plus the flag slot) for gloo.
+        """View of ``grad_buf[lo:hi]`` (default: the gradient plus the flag slot) for the collective.
 
-        On CPU it is the gradient buffer itself; on CUDA a pinned staging copy
-        (made here, by the caller's thread).
+        On CPU, and on CUDA under NCCL (``direct``), it is the gradient buffer
+        itself; on CUDA with gloo a pinned CPU staging copy (made here, by the
+        caller's thread).
         """
         hi = self.n + 1 if hi is None else hi
-        if self.flat.device.type == "cpu":
+        if self.flat.device.type == "cpu" or self.direct:
             return self.flat.grad_buf[lo:hi]
         if self._staging is None:
             self._staging = torch.zeros(self.n + 1, pin_memory=torch.cuda.is_available())
@@ -265,7 +267,8 @@ def build_experts(ctx: Any, count: int) -> list[ExpertSlot]:
 
     lr = resolve_job(ctx.job).for_client()  # the scheme's lr rule (testbed.training.lr)
     for k, (sub, flat) in enumerate(zip(subs, flats)):
-        slots.append(ExpertSlot(k, sub, flat, make_optimizer(tc.optimizer, flat.plist, lr=lr)))
+        slots.append(ExpertSlot(k, sub, flat, make_optimizer(tc.optimizer, flat.plist, lr=lr),
+                                direct=bool(getattr(ctx, "comm_on_device", False))))
     return slots
 
 

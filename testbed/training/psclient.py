@@ -114,7 +114,7 @@ class PSClient:
         t0 = self.rec.now_ns()
         header = {"op": "push", "client": self.client, "seq": step, "step": step, "version": version,
                   "last": last}
-        hdr, view, sent, got, t_sent = self._roundtrip(header, grad.detach().numpy())
+        hdr, view, sent, got, t_sent = self._roundtrip(header, grad.detach().cpu().numpy())
         t_end = self.rec.now_ns()
         rec, extra = self.rec, self.extra
         wan = wan_fields({self.wan_dc: sent} if self.wan_dc is not None else {})

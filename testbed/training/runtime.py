@@ -1,7 +1,8 @@
 """What every training process sets up, and the compute step all schemes share.
 
 * process setup: ``GLOO_SOCKET_IFNAME`` from the job's interface (so gloo's
-  traffic uses the emulated interface), torch threads (default 1: the
+  traffic uses the emulated interface; with ``backend: nccl`` also NCCL's
+  socket-only environment, ``training.dist.nccl_env``), torch threads (default 1: the
   hosts share few cores and timings must mean something), seeds, device
   (``auto`` = CUDA when available), SIGTERM -> ``SystemExit`` so records are
   flushed when the supervisor stops a process;
@@ -43,6 +44,11 @@ def setup_process(job: Job) -> torch.device:
     """Environment, threads, seeds and device for this process; returns the device."""
     if job.ifname:
         os.environ["GLOO_SOCKET_IFNAME"] = job.ifname
+    nccl = job.role == "worker" and job.training.backend == "nccl"
+    if nccl:
+        from testbed.training.dist import nccl_env
+
+        os.environ.update(nccl_env(job.ifname, job.host))
     torch.set_num_threads(job.training.threads)
     seed = job.training.seed * 1000 + job.rank
     random.seed(seed)
@@ -50,6 +56,15 @@ def setup_process(job: Job) -> torch.device:
     torch.manual_seed(seed)
     signal.signal(signal.SIGTERM, _sigterm)
     device = resolve_device(job.training.device)
+    if nccl:
+        if device.type != "cuda":
+            raise RuntimeError(f"backend: nccl needs a CUDA device, but {job.host} has none that torch sees "
+                               "(give its DC gpus:, or use backend: gloo)")
+        # an emulated host's first device (gpus: gives it its own, CUDA_VISIBLE_DEVICES / --gpus); without
+        # an assignment (loopback runs) rank r takes device r mod count, so ranks do not share one
+        assigned = os.environ.get("CUDA_VISIBLE_DEVICES") is not None
+        device = torch.device("cuda", 0 if assigned else job.rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
     write_process_record(job, device)
     return device
 
@@ -63,6 +78,14 @@ def process_record(device: torch.device) -> dict[str, Any]:
     out: dict[str, Any] = {"python": platform.python_version(), "executable": sys.executable,
                            "torch": torch.__version__, "torch_path": str(Path(torch.__file__).parent),
                            "mnt_ns": os.readlink("/proc/self/ns/mnt"), "device": {"type": device.type}}
+    nccl = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
+    if nccl:  # what NCCL was told (backend: nccl), so a reader can see every byte was kept on sockets
+        out["nccl_env"] = dict(sorted(nccl.items()))
+        if device.type == "cuda":
+            try:
+                out["nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+            except (AttributeError, RuntimeError):  # a torch built without NCCL
+                out["nccl_version"] = None
     if device.type == "cuda":
         i = torch.cuda.current_device() if device.index is None else device.index
         props = torch.cuda.get_device_properties(i)
@@ -74,7 +97,10 @@ def process_record(device: torch.device) -> dict[str, Any]:
 def write_process_record(job: Job, device: torch.device) -> None:
     path = process_record_path(job.out_dir, job.name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(process_record(device)))
+    rec = process_record(device)
+    if job.role == "worker":
+        rec["backend"] = job.training.backend
+    path.write_text(json.dumps(rec))
 
 
 def _sigterm(signum: int, frame: Any) -> None:
@@ -124,6 +150,8 @@ class WorkerContext:
         self.device = setup_process(job)
         self.rec = make_recorder(job, self.device)
         tc = job.training
+        # buffers handed to collectives: the model's own (CPU, or CUDA under NCCL) or pinned CPU copies
+        self.comm_on_device = self.device.type == "cpu" or tc.backend == "nccl"
         self.workload = build_workload(tc.workload.name, tc.workload.params, tc.seed)
         model = self.workload.build_model()
         # emulated accelerator; with pad_gradient, zero slots after the control slots make every
@@ -212,11 +240,12 @@ class WorkerContext:
             raise RuntimeError(f"injected fault: {self.job.host} allocated {len(hog) * 64} MiB without being stopped")
         raise RuntimeError(f"injected fault: {self.job.host} (rank {self.job.rank}) crashes at step {step}")
 
-    # -- CPU views for communication (zero-copy on CPU, staged copies on CUDA) ---------
+    # -- views for communication (zero-copy on CPU and under NCCL, staged CPU copies for gloo on CUDA) --
     def grads_out(self) -> torch.Tensor:
-        """Gradients plus one control slot (plus ``pad`` zeros) as a CPU tensor that gloo/TCP can send."""
+        """Gradients plus one control slot (plus ``pad`` zeros) as a tensor the backend sends (CPU for
+        gloo; the CUDA buffer itself under NCCL, which the parameter server's TCP copies out)."""
         n = self.flat.n + 1 + self.pad
-        if self.device.type == "cpu":
+        if self.comm_on_device:
             return self.flat.grad_buf[:n]
         if not hasattr(self, "_cgrad"):
             self._cgrad = torch.zeros(n, pin_memory=True)
@@ -230,7 +259,7 @@ class WorkerContext:
     def params_out(self) -> torch.Tensor:
         """Parameters plus two control slots (version, stop) (plus ``pad`` zeros) as a CPU tensor."""
         n = self.flat.n + 2 + self.pad
-        if self.device.type == "cpu":
+        if self.comm_on_device:
             return self.flat.buf[:n]
         if not hasattr(self, "_cparam"):
             self._cparam = torch.zeros(n, pin_memory=True)
