@@ -6,7 +6,10 @@
 #     userspace NFQUEUE backend always, netem where the kernel has it);
 #  2. the netem-marked tests under sch_netem: done in step 1 when this kernel has it,
 #     else inside the kernel lab (a stock Debian kernel under QEMU, `testbed lab`);
-#  3. the demo experiment in its reduced form, end to end.
+#  3. the demo experiment in its reduced form, end to end;
+#  4. `vagrant up --provider=docker`, the reduced demo inside the box, its records checked, `vagrant
+#     destroy` (scripts/vagrant-docker-check.sh; where vagrant and a Docker daemon are there: CI), and
+#     `vagrant validate` of the Vagrantfile (every provider).
 # It says which way step 2 went, and exits non-zero if any step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -66,6 +69,17 @@ if "$PY" -m testbed.cli --help 2>/dev/null | grep -q " demo "; then
   [ $rc = 0 ] || status=1
 else
   summary+=("demo: not available")
+fi
+
+step "4/4 vagrant up --provider=docker: the reduced demo inside the box, then destroy"
+if command -v vagrant >/dev/null && docker info >/dev/null 2>&1; then
+  start=$(date +%s)
+  PY="$PY" scripts/vagrant-docker-check.sh
+  rc=$?
+  summary+=("vagrant up --provider=docker + demo inside + destroy ($(( $(date +%s) - start )) s): exit $rc")
+  [ $rc = 0 ] || status=1
+else
+  summary+=("vagrant docker box: not run (needs vagrant and a Docker daemon: WITH_VAGRANT=1 WITH_DOCKER=1 scripts/bootstrap.sh)")
 fi
 
 step "vagrant validate"

@@ -248,16 +248,28 @@ def build(name: str = DEFAULT_IMAGE, *, rebuild: bool = False, log: Callable[[st
         if tar.wait() != 0 or imp.returncode != 0:
             raise ImageBuildError(f"docker import failed: {imp.stderr.strip()[-500:]} (fix: is there disk space? "
                                   "docker system df)")
-        subprocess.run(["docker", "tag", tag, name], check=True, capture_output=True)
-        if cached and cached != image_id(tag):  # the image this rebuild replaced, now untagged
-            subprocess.run(["docker", "image", "rm", cached], capture_output=True)
+        tag_as(tag, name, replaced=cached)
     finally:
         remove_work(work)
-    iid = image_id(tag)
-    if iid is None:
-        raise DockerError(f"image {tag} is not in the daemon after its import")
+    iid = built_id(tag)
     log(f"image {tag} ({iid[:19]}) built in {time.monotonic() - t0:.0f} s; tagged {name}")
     return {"tag": tag, "name": name, "id": iid, "cached": False, "recipe": recipe.requirements}
+
+
+def tag_as(tag: str, name: str, replaced: str | None = None) -> None:
+    """Point ``name`` (``...:latest``) at the image just built as ``tag``, and remove the image that build
+    replaced (a rebuild of the same recipe: now untagged), so no stale layer is left behind."""
+    subprocess.run(["docker", "tag", tag, name], check=True, capture_output=True)
+    if replaced and replaced != image_id(tag):
+        subprocess.run(["docker", "image", "rm", replaced], capture_output=True)
+
+
+def built_id(tag: str) -> str:
+    """The id of the image a build step just made (an error when the daemon does not have it)."""
+    iid = image_id(tag)
+    if iid is None:
+        raise DockerError(f"image {tag} is not in the daemon after its build")
+    return iid
 
 
 def check_image(image: str) -> dict[str, Any]:

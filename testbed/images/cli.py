@@ -13,7 +13,15 @@ from ..network.docker_hosts import DEFAULT_IMAGE
 def cmd_build(args: argparse.Namespace) -> int:
     from .builder import build
 
-    out = build(args.name, rebuild=args.rebuild, log=lambda m: print(f"image: {m}", file=sys.stderr, flush=True))
+    def log(m: str) -> None:
+        print(f"image: {m}", file=sys.stderr, flush=True)
+
+    if args.vagrant_box:
+        from .box import build_box
+
+        out = build_box(rebuild=args.rebuild, log=log)
+    else:
+        out = build(args.name, rebuild=args.rebuild, log=log)
     print(json.dumps(out, indent=2) if args.json else f"{out['name']} = {out['tag']} ({out['id'][:19]})")
     return 0
 
@@ -42,6 +50,9 @@ def register(sub: Any) -> None:
                                       "reused when the recipe is unchanged)")
     b.add_argument("--name", default=DEFAULT_IMAGE, help=f"image name (default {DEFAULT_IMAGE})")
     b.add_argument("--rebuild", action="store_true", help="build even when an image of the same recipe exists")
+    b.add_argument("--vagrant-box", action="store_true",
+                   help="also build the Vagrant Docker provider's box on top (geo-testbed/vagrant-box:latest: sshd, "
+                        "sudo, a vagrant user; the Vagrantfile's docker provider builds it before `vagrant up`)")
     b.add_argument("--json", action="store_true", help="print the result as JSON")
     b.set_defaults(func=cmd_build)
     c = isub.add_parser("check", help="check that an image can run the trainers (python3 with torch)")
