@@ -276,12 +276,15 @@ def trainer_preexec(pid: int) -> Callable[[], None]:
 
 def trainer_env(env: dict[str, str], cfg: HostConfig) -> dict[str, str]:
     """The environment of a trainer in a container: the testbed's own variables and the spec's ``env``, the
-    image's PATH (not the venv's), and the project's tree on PYTHONPATH."""
+    image's PATH (not the venv's), the project's tree on PYTHONPATH, and the order to drop every capability
+    (``training.privileges``)."""
     keep = {k: v for k, v in env.items()
             if k.startswith(("TESTBED_", "GLOO_", "NCCL_", "OMP_", "MKL_", "PYTHONUNBUFFERED", "TORCH_", "CUDA_"))
             or k in ("LANG", "LC_ALL", "TZ")}
     keep.update({"PATH": CONTAINER_PATH, "HOME": "/root", "PYTHONPATH": str(source_root()),
-                 "PYTHONDONTWRITEBYTECODE": "1"})
+                 "PYTHONDONTWRITEBYTECODE": "1",
+                 # entered from the host, the trainer would hold the host's capabilities: it drops them first
+                 "TESTBED_DROP_CAPS": "1"})
     keep.update(dict(cfg.env))
     return keep
 

@@ -41,7 +41,10 @@ from testbed.training.workloads import build_workload
 
 
 def setup_process(job: Job) -> torch.device:
-    """Environment, threads, seeds and device for this process; returns the device."""
+    """Capabilities, environment, threads, seeds and device for this process; returns the device."""
+    from testbed.training.privileges import apply_from_env
+
+    caps = apply_from_env()  # a container host's trainer: no capability from here on
     if job.ifname:
         os.environ["GLOO_SOCKET_IFNAME"] = job.ifname
     nccl = job.role == "worker" and job.training.backend == "nccl"
@@ -65,7 +68,7 @@ def setup_process(job: Job) -> torch.device:
         assigned = os.environ.get("CUDA_VISIBLE_DEVICES") is not None
         device = torch.device("cuda", 0 if assigned else job.rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
-    write_process_record(job, device)
+    write_process_record(job, device, caps)
     return device
 
 
@@ -94,10 +97,12 @@ def process_record(device: torch.device) -> dict[str, Any]:
     return out
 
 
-def write_process_record(job: Job, device: torch.device) -> None:
+def write_process_record(job: Job, device: torch.device, capabilities: dict[str, str] | None = None) -> None:
     path = process_record_path(job.out_dir, job.name)
     path.parent.mkdir(parents=True, exist_ok=True)
     rec = process_record(device)
+    if capabilities is not None:  # dropped (testbed.training.privileges): the sets after, as /proc says
+        rec["capabilities"] = capabilities
     if job.role == "worker":
         rec["backend"] = job.training.backend
     path.write_text(json.dumps(rec))

@@ -68,12 +68,17 @@ def test_training_on_docker_hosts_matches_process_hosts(tmp_path, trainer_image)
             assert rt["mnt_ns"] == m["runtimes"][p["host"]]["mnt_ns"], (label, p)
             assert rt["executable"] == "/usr/bin/python3" and rt["device"]["type"] == "cpu", (label, p)
             assert not rt["torch_path"].startswith(str(venv)), (label, p)
+            # entered from the host, it gave up every capability before anything else (training.privileges)
+            caps = rt["capabilities"]
+            assert {caps[k] for k in ("CapEff", "CapPrm", "CapInh", "CapBnd", "CapAmb")} == {"0" * 16}, (label, p)
+            assert caps["NoNewPrivs"] == "1", (label, p)
         image_ids = {r["image_id"] for r in m["runtimes"].values()}
         assert image_ids == {docker_hosts.image_id(trainer_image)}
         mp = json.loads((pr / "manifest.json").read_text())
         # (namespace inode numbers are reused once a namespace is gone: only compared within a trial)
         assert "runtimes" not in mp
         assert all(p["runtime"]["torch_path"].startswith(str(venv)) for p in mp["processes"])
+        assert not any("capabilities" in p["runtime"] for p in mp["processes"])  # process hosts keep theirs
         # their traffic crossed the shaped WAN: what the schemes say they sent is on the WAN interfaces
         links, spans = _link_tx(dk), _span_wan(dk)
         assert spans > 0 and spans <= links <= spans * 1.25 + 300_000, (label, links, spans)
