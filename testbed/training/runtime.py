@@ -86,7 +86,8 @@ def process_record(device: torch.device) -> dict[str, Any]:
         out["nccl_env"] = dict(sorted(nccl.items()))
         if device.type == "cuda":
             try:
-                out["nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+                v = torch.cuda.nccl.version()  # (major, minor, patch); an int in older torch
+                out["nccl_version"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
             except (AttributeError, RuntimeError):  # a torch built without NCCL
                 out["nccl_version"] = None
     if device.type == "cuda":
