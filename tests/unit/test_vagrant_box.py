@@ -3,6 +3,7 @@ CI): the docker provider's image recipe, the host trust it carries, the provisio
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -62,9 +63,12 @@ def test_the_makefile_takes_the_lab_machines_venv_and_an_explicit_one_wins(tmp_p
     conf = tmp_path / "venv"
     mk.write_text(text.replace("/etc/geo-testbed/venv", str(conf)) + "\nshow:\n\t@echo $(VENV)\n")
 
+    # as a user's shell runs it: not under `make test`, whose make exports VENV and its flags
+    env = {k: v for k, v in os.environ.items() if k not in ("VENV", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+
     def venv(*args: str) -> str:
         return subprocess.run(["make", "-s", "-f", str(mk), "show", *args], capture_output=True, text=True,
-                              check=True).stdout.strip()
+                              check=True, env=env).stdout.strip()
 
     assert venv() == ".venv"
     conf.write_text("/opt/testbed-venv\n")
