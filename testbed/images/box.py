@@ -29,7 +29,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,13 +36,11 @@ from typing import Any
 
 from ..network.docker_hosts import LABEL, image_id
 from .builder import (
-    WORK_PREFIX,
-    WORK_ROOT,
     ImageBuildError,
     build,
     built_id,
+    new_work,
     owned,
-    remove_stale_work,
     remove_work,
     tag_as,
 )
@@ -115,11 +112,9 @@ def build_box(*, rebuild: bool = False, log: Callable[[str], None] = print) -> d
         subprocess.run(["docker", "tag", tag, BOX_IMAGE], check=False, capture_output=True)
         log(f"box {tag}: cached ({cached[:19]}); tagged {BOX_IMAGE}")
         return {"tag": tag, "name": BOX_IMAGE, "id": cached, "cached": True, "trainer": trainer["tag"]}
-    remove_stale_work()
-    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=WORK_ROOT))
+    work = new_work()
     t0 = time.monotonic()
     try:
-        (work / "builder.pid").write_text(str(os.getpid()))
         ctx = work / "context"
         ctx.mkdir()
         (ctx / "Dockerfile").write_text(text)

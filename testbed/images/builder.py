@@ -174,6 +174,15 @@ def remove_work(work: Path) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
+def new_work() -> Path:
+    """A fresh work directory marked with this builder's pid (the stale ones of dead builders removed
+    first), so `testbed clean` can tell a killed build's leftovers from a running one."""
+    remove_stale_work()
+    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=WORK_ROOT))
+    (work / "builder.pid").write_text(str(os.getpid()))
+    return work
+
+
 def remove_stale_work() -> list[str]:
     """Work directories of builders that are gone (their pid file names a dead process)."""
     out = []
@@ -204,9 +213,7 @@ def build(name: str = DEFAULT_IMAGE, *, rebuild: bool = False, log: Callable[[st
         return {"tag": tag, "name": name, "id": cached, "cached": True, "recipe": recipe.requirements}
     if shutil.which("debootstrap") is None:
         raise ImageBuildError("debootstrap is missing (fix: sudo WITH_DOCKER=1 scripts/bootstrap.sh)")
-    remove_stale_work()
-    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=WORK_ROOT))
-    (work / "builder.pid").write_text(str(os.getpid()))
+    work = new_work()
     t0 = time.monotonic()
     try:
         rootfs, wheels = work / "rootfs", work / "rootfs" / "tmp" / "wheels"
