@@ -21,6 +21,7 @@ PLUGINS = (
     "testbed.doctor_cli",
     "testbed.lab.cli",
     "testbed.images.cli",
+    "testbed.cluster.cli",
     "testbed.planning.cli",
     "testbed.training.cli",
     "testbed.analysis.cli",

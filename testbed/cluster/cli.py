@@ -1,0 +1,121 @@
+"""``testbed cluster place | check``: a topology spread over several servers (README "Several servers")."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cmd_place(args: argparse.Namespace) -> int:
+    from topologies.loader import load as load_topology
+
+    from .model import load
+    from .placement import place
+
+    cluster = load(args.cluster)
+    topo = load_topology(args.topology)
+    p = place(topo, cluster)
+    if args.json:
+        print(json.dumps({"topology": topo.name, "mode": cluster.mode, **p.to_dict()}, indent=2))
+        return 0
+    how = "automatic" + ("" if p.optimal else f" (best of {p.searched} tried, not proven optimal)") \
+        if p.automatic else "given"
+    print(f"{topo.name} on {len(cluster.servers)} server(s), mode {cluster.mode}, placement {how}:")
+    width = max(len(s) for s in cluster.names)
+    for s in cluster.servers:
+        dcs = p.dcs_on(s.name)
+        room = "" if s.max_hosts is None else f" of {s.max_hosts}"
+        gpus = "" if not p.gpus.get(s.name) else f", {p.gpus[s.name]} GPUs"
+        mark = " (launcher)" if s.name == cluster.launcher else ""
+        print(f"  {s.name:<{width}}  {p.loads[s.name]:>3}{room} nodes{gpus}: {', '.join(dcs) or '-'}{mark}")
+    if p.cut:
+        print(f"  WAN links between servers (tunnels): {', '.join(f'{a}-{b}' for a, b in p.cut)} "
+              f"({p.cut_rate_bps / 1e6:.0f} Mbit/s both ways in all)")
+    else:
+        print("  no WAN link crosses servers")
+    return 0
+
+
+def _check_server(cluster: Any, server: Any, samples: int) -> dict[str, Any]:
+    from .clock import measure
+    from .remote import Remote, RemoteError
+
+    row: dict[str, Any] = {"server": server.name, "address": server.address, "ok": False}
+    checkout = server.checkout or str(REPO)
+    with Remote(server, cluster) as r:
+        try:
+            probe = r.run(["sh", "-c", f'id -u; {server.python} -c "import sys; print(sys.version.split()[0])"; '
+                                       f'test -f {checkout}/testbed/__init__.py && echo yes || echo no'], timeout=60)
+            uid, py, has = (probe.stdout.split() + ["", "", ""])[:3]
+            row.update(uid=int(uid) if uid.isdigit() else None, python=py, checkout=checkout,
+                       has_checkout=has == "yes")
+            off = measure(r, samples=samples)
+            row.update(clock=off.to_dict(), ok=True)
+            problems = []
+            if row["uid"] != 0:
+                problems.append(f"logs in as uid {row['uid']}, not root (the testbed needs root there)")
+            if not row["has_checkout"]:
+                problems.append(f"no testbed checkout at {checkout} (clone it there, or set checkout:)")
+            row["problems"] = problems
+        except RemoteError as e:
+            row["error"] = str(e)
+    return row
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .model import load
+
+    cluster = load(args.cluster)
+    rows = []
+    for s in cluster.servers:
+        if s.name == cluster.launcher:
+            rows.append({"server": s.name, "address": s.address, "ok": True, "launcher": True, "uid": os.geteuid(),
+                         "python": sys.version.split()[0], "checkout": str(REPO), "has_checkout": True,
+                         "clock": {"server": s.name, "offset_ns": 0, "bound_ns": 0, "rtt_ns": 0, "samples": 0},
+                         "problems": []})
+            continue
+        print(f"cluster: checking {s.name} ({s.target}:{s.port})", file=sys.stderr, flush=True)
+        rows.append(_check_server(cluster, s, args.samples))
+    bad = [r for r in rows if not r["ok"] or r.get("problems")]
+    if args.json:
+        print(json.dumps({"servers": rows, "ok": not bad}, indent=2))
+    else:
+        for r in rows:
+            if not r["ok"]:
+                print(f"  {r['server']:<12} FAILED  {r['error']}")
+                continue
+            c = r["clock"]
+            where = "launcher (this machine)" if r.get("launcher") else \
+                f"clock {c['offset_ns'] / 1e6:+.3f} ms +- {c['bound_ns'] / 1e6:.3f} ms"
+            print(f"  {r['server']:<12} ok      python {r['python']}, uid {r['uid']}, {where}")
+            for p in r.get("problems", []):
+                print(f"  {'':<12} problem {p}")
+    return 1 if bad else 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("cluster", help="spread a topology over several servers: placement, SSH reachability, clocks",
+                       description="A cluster file names the servers (address, SSH user, GPUs, max_hosts) and the "
+                                   "placement of DCs on them (given, or auto: balance emulated nodes, keep each DC "
+                                   "on one server, cut few WAN links). Servers are reached by ssh only. Running a "
+                                   "topology across servers is not built yet (README \"Several servers\").")
+    csub = p.add_subparsers(dest="cluster_cmd", required=True)
+    pl = csub.add_parser("place", help="show which server holds which DC, each server's load and the WAN links "
+                                      "that cross servers (nothing is contacted)")
+    pl.add_argument("topology", help="bundled topology name or file")
+    pl.add_argument("--cluster", required=True, help="the cluster file (YAML/JSON: servers:, placement:, mode:)")
+    pl.add_argument("--json", action="store_true", help="print the placement as JSON")
+    pl.set_defaults(func=cmd_place)
+    ck = csub.add_parser("check", help="reach every server over ssh: login, root, Python, the testbed's checkout, "
+                                      "and its clock offset from this machine (exit 1 when a server fails)")
+    ck.add_argument("cluster", help="the cluster file")
+    ck.add_argument("--samples", type=int, default=64, help="clock exchanges per server (the shortest round trip "
+                                                          "is kept; default 64)")
+    ck.add_argument("--json", action="store_true", help="print the results as JSON")
+    ck.set_defaults(func=cmd_check)

@@ -1,0 +1,175 @@
+"""Stand-in servers on one machine: network namespaces on a bridge, each running its own sshd.
+
+What a test gets is what real servers give: an address on a shared network and an SSH daemon that takes a
+key the test made.  Each stand-in's sshd runs in its own network namespace and, under ``unshare``, its own
+mount and PID namespaces with private ``/run/netns``, ``/run/geo-testbed`` a testbed started
+there over SSH sees its own state and processes, not the launcher's.  A stand-in may be given a clock offset
+(libfaketime preloaded into every session through sshd's ``SetEnv``), a stand-in for a server whose clock is
+off.  The launcher is the test's own (root) namespace, joined to the bridge by a veth.
+
+Names are ``tbsrv*`` (not the testbed's ``tb-`` prefix): the fixture made them and the fixture removes them,
+also when a test fails; ``testbed clean`` never touches them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NET = "tbsrv-net"  # the namespace holding the servers' bridge (out of the root namespace's firewall)
+SUBNET = "10.231.0"
+LAUNCHER_IF = "tbsrv0"
+FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+
+def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, check=check)
+
+
+@dataclass
+class StandIn:
+    name: str
+    index: int
+    clock_offset_s: float = 0.0
+    netns: str = ""
+    pid: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def address(self) -> str:
+        return f"{SUBNET}.{self.index + 1}"
+
+
+class StandInServers:
+    """``count`` stand-in servers (``s2``, ``s3``...; ``s1`` is the launcher) under ``workdir``."""
+
+    def __init__(self, workdir: Path, count: int = 2, clock_offsets_s: tuple[float, ...] = ()) -> None:
+        self.workdir = workdir
+        self.servers = [StandIn(f"s{i + 2}", i + 1, clock_offsets_s[i] if i < len(clock_offsets_s) else 0.0)
+                        for i in range(count)]
+        self.key = workdir / "id_ed25519"
+        self.known_hosts = workdir / "known_hosts"
+
+    # ------------------------------------------------------------ set-up
+    def start(self) -> StandInServers:
+        try:
+            self._network()
+            sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "testbed-standin", "-f", str(self.key))
+            for s in self.servers:
+                self._sshd(s)
+            self._wait()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _network(self) -> None:
+        self.stop_network()
+        sh("ip", "netns", "add", NET)
+        sh("ip", "-n", NET, "link", "add", "br0", "type", "bridge")
+        sh("ip", "-n", NET, "link", "set", "br0", "up")
+        sh("ip", "link", "add", LAUNCHER_IF, "type", "veth", "peer", "name", "l0", "netns", NET)
+        sh("ip", "-n", NET, "link", "set", "l0", "master", "br0", "up")
+        sh("ip", "addr", "add", f"{SUBNET}.1/24", "dev", LAUNCHER_IF)
+        sh("ip", "link", "set", LAUNCHER_IF, "up")
+        for s in self.servers:
+            s.netns = f"tbsrv-{s.name}"
+            sh("ip", "netns", "add", s.netns)
+            sh("ip", "-n", s.netns, "link", "add", "eth0", "type", "veth", "peer", "name", f"p{s.index}",
+               "netns", NET)
+            sh("ip", "-n", NET, "link", "set", f"p{s.index}", "master", "br0", "up")
+            sh("ip", "-n", s.netns, "addr", "add", f"{s.address}/24", "dev", "eth0")
+            sh("ip", "-n", s.netns, "link", "set", "eth0", "up")
+            sh("ip", "-n", s.netns, "link", "set", "lo", "up")
+
+    def _sshd(self, s: StandIn) -> None:
+        d = self.workdir / s.name
+        d.mkdir()
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host_key"))
+        shutil.copy(f"{self.key}.pub", d / "authorized_keys")
+        env = f"TESTBED_STANDIN={s.name}"
+        if s.clock_offset_s:
+            env += f" LD_PRELOAD={FAKETIME_LIB} FAKETIME={s.clock_offset_s:+.6f} FAKETIME_DONT_RESET=1 FAKETIME_DISABLE_SHM=1"
+        (d / "sshd_config").write_text(
+            f"ListenAddress {s.address}\nPort 22\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n"
+            f"PidFile none\nStrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\n"
+            f"PasswordAuthentication no\nKbdInteractiveAuthentication no\nSetEnv {env}\n"
+            f"MaxSessions 64\nMaxStartups 64\n")
+        # own mount + PID namespaces, with private run-time directories: the server's own view
+        inner = ("mount --make-rprivate / && mount -t tmpfs tbsrv /run/netns 2>/dev/null "
+                 "|| { mkdir -p /run/netns && mount -t tmpfs tbsrv /run/netns; } ; "
+                 "mkdir -p /run/geo-testbed && mount -t tmpfs tbsrv /run/geo-testbed && "
+                 "mkdir -p /run/sshd && "
+                 f"exec /usr/sbin/sshd -D -e -f {d}/sshd_config")
+        with open(d / "sshd.log", "wb") as log:
+            s.proc = subprocess.Popen(["ip", "netns", "exec", s.netns, "unshare", "--mount", "--pid", "--fork",
+                                       "--mount-proc", "sh", "-c", inner], stdout=log, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+        s.pid = s.proc.pid
+        # pin the host key for the client
+        pub = (d / "host_key.pub").read_text().split()
+        with open(self.known_hosts, "a") as f:
+            f.write(f"{s.address} {pub[0]} {pub[1]}\n")
+
+    def _wait(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        for s in self.servers:
+            while True:
+                r = subprocess.run(["ssh", *self.ssh_options(), f"root@{s.address}", "true"], capture_output=True,
+                                   text=True, timeout=15)
+                if r.returncode == 0:
+                    break
+                if s.proc is not None and s.proc.poll() is not None:
+                    raise RuntimeError(f"sshd of {s.name} exited: {(self.workdir / s.name / 'sshd.log').read_text()}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"sshd of {s.name} does not answer: {r.stderr}")
+                time.sleep(0.2)
+
+    def ssh_options(self) -> list[str]:
+        return ["-i", str(self.key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+                "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "StrictHostKeyChecking=yes"]
+
+    # ------------------------------------------------------------ the cluster file
+    def cluster(self, **extra: object) -> dict[str, object]:
+        servers = [{"name": "s1", "address": f"{SUBNET}.1"}]
+        servers += [{"name": s.name, "address": s.address, "identity": str(self.key)} for s in self.servers]
+        return {"servers": servers, "known_hosts": str(self.known_hosts), "connect_timeout": 5, **extra}
+
+    def kill_sshd(self, name: str) -> None:
+        s = next(s for s in self.servers if s.name == name)
+        if s.proc is not None and s.proc.poll() is None:
+            os.killpg(s.proc.pid, signal.SIGKILL)
+            s.proc.wait()
+
+    # ------------------------------------------------------------ tear-down
+    def stop(self) -> None:
+        for s in self.servers:
+            if s.proc is not None and s.proc.poll() is None:
+                try:
+                    os.killpg(s.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                s.proc.wait()
+        self.stop_network()
+
+    @staticmethod
+    def stop_network() -> None:
+        # a PID namespace's processes die with its init (unshare's child), so killing the group is enough;
+        # whatever the namespaces still hold goes with them
+        for ns in sh("ip", "netns", "list", check=False).stdout.split("\n"):
+            name = ns.split(" ")[0]
+            if name.startswith("tbsrv-"):
+                sh("ip", "netns", "pids", name, check=False)
+                for pid in sh("ip", "netns", "pids", name, check=False).stdout.split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except (ProcessLookupError, ValueError):
+                        pass
+                sh("ip", "netns", "del", name, check=False)
+        sh("ip", "link", "del", LAUNCHER_IF, check=False)

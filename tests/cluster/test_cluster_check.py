@@ -1,0 +1,115 @@
+"""``testbed cluster check`` against stand-in servers reached over SSH only (tests/cluster/standins.py).
+
+Run as a user runs it: the CLI is a separate process, the servers are sshd daemons in their own network,
+mount and PID namespaces, one of them with its clock set off by a known amount (libfaketime), so the
+measured offset can be held against the truth.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from tests.cluster.standins import StandInServers
+from tests.conftest import run_cli
+
+pytestmark = [pytest.mark.root]
+OFFSETS_S = (0.250, -0.040)
+
+
+@pytest.fixture(scope="module")
+def standins(tmp_path_factory):
+    import os
+
+    from tests.cluster.standins import FAKETIME_LIB
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces, sshd)")
+    if not os.path.exists("/usr/sbin/sshd") or not os.path.exists(FAKETIME_LIB):
+        pytest.skip("needs openssh-server and faketime for the stand-in servers (WITH_CLUSTER=1 make bootstrap)")
+    s = StandInServers(tmp_path_factory.mktemp("standins"), 2, OFFSETS_S).start()
+    yield s
+    s.stop()
+
+
+def write(tmp_path, spec):
+    f = tmp_path / "cluster.yaml"
+    f.write_text(yaml.safe_dump(spec))
+    return f
+
+
+def masters() -> list[str]:
+    """ssh master connections the CLI left (ControlPath under testbed-ssh-*)."""
+    out = subprocess.run(["pgrep", "-af", "testbed-ssh-"], capture_output=True, text=True).stdout
+    return [ln for ln in out.splitlines() if "pgrep" not in ln]
+
+
+def test_check_reaches_every_server_and_measures_its_clock(standins, tmp_path):
+    before = masters()
+    r = run_cli("cluster", "check", str(write(tmp_path, standins.cluster())), "--json", timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = {row["server"]: row for row in json.loads(r.stdout)["servers"]}
+    assert rows["s1"]["launcher"] and rows["s1"]["clock"]["offset_ns"] == 0
+    for srv, truth in zip(("s2", "s3"), OFFSETS_S):
+        c = rows[srv]["clock"]
+        err_ms = abs(c["offset_ns"] - truth * 1e9) / 1e6
+        # the bar is 1 ms; the estimator's own bound (half the best round trip) must cover its error
+        assert err_ms <= 1.0, (srv, c)
+        assert c["bound_ns"] <= 1e6 and err_ms <= c["bound_ns"] / 1e6 + 0.05, (srv, c)
+        assert rows[srv]["uid"] == 0 and rows[srv]["has_checkout"] and rows[srv]["problems"] == []
+    assert masters() == before, "the CLI left ssh master connections behind"
+
+
+def test_a_server_without_sshd_fails_clearly_and_the_rest_is_checked(standins, tmp_path):
+    spec = standins.cluster()
+    spec["servers"].append({"name": "gone", "address": "10.231.0.99", "identity": str(standins.key)})
+    spec["connect_timeout"] = 2
+    t = time.monotonic()
+    r = run_cli("cluster", "check", str(write(tmp_path, spec)), timeout=120)
+    took = time.monotonic() - t
+    assert r.returncode == 1, r.stdout + r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.split()[:1] == ["gone"])
+    assert "FAILED" in line and "10.231.0.99" in line and "fix:" in line, line
+    assert all(f"{s}  " in r.stdout and "ok" in r.stdout for s in ("s2", "s3"))
+    assert took < 60, f"an unreachable server held the check {took:.0f} s (connect_timeout 2 s)"
+
+
+def test_a_key_the_server_does_not_take_names_the_fix(standins, tmp_path):
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    spec = standins.cluster()
+    spec["servers"][1]["identity"] = str(other)
+    r = run_cli("cluster", "check", str(write(tmp_path, spec)), "--json", timeout=120)
+    assert r.returncode == 1
+    rows = {row["server"]: row for row in json.loads(r.stdout)["servers"]}
+    assert not rows["s2"]["ok"] and "Permission denied" in rows["s2"]["error"] and "ssh-copy-id" in rows["s2"]["error"]
+    assert rows["s3"]["ok"]
+
+
+def test_a_changed_host_key_is_refused(standins, tmp_path):
+    kh = tmp_path / "known_hosts"
+    lines = standins.known_hosts.read_text().splitlines()
+    fake = tmp_path / "fake"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(fake)], check=True)
+    pub = (tmp_path / "fake.pub").read_text().split()
+    kh.write_text("\n".join([f"{lines[0].split()[0]} {pub[0]} {pub[1]}", *lines[1:]]) + "\n")
+    spec = standins.cluster(known_hosts=str(kh))
+    r = run_cli("cluster", "check", str(write(tmp_path, spec)), "--json", timeout=120)
+    assert r.returncode == 1
+    rows = {row["server"]: row for row in json.loads(r.stdout)["servers"]}
+    assert not rows["s2"]["ok"] and "host key" in rows["s2"]["error"], rows["s2"]
+
+
+def test_a_server_that_dies_is_reported(standins, tmp_path):
+    """Last in this module: it kills s3's sshd."""
+    f = write(tmp_path, standins.cluster())
+    assert run_cli("cluster", "check", str(f), timeout=120).returncode == 0
+    standins.kill_sshd("s3")
+    r = run_cli("cluster", "check", str(f), "--json", timeout=120)
+    assert r.returncode == 1
+    rows = {row["server"]: row for row in json.loads(r.stdout)["servers"]}
+    assert rows["s2"]["ok"] and not rows["s3"]["ok"] and "Connection refused" in rows["s3"]["error"]
