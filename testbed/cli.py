@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except RuntimeError as e:
+        from testbed.cluster.remote import RemoteError
         from testbed.images.builder import ImageBuildError
         from testbed.network.docker_hosts import DockerError
         from testbed.network.emulation import NetworkBusy, NetworkError, NotUp
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(e, (NetworkBusy, DockerError, ImageBuildError)):  # fix the machine or the spec, then run again
             print(f"error: {e}", file=sys.stderr)
             return 2
-        if isinstance(e, (NotUp, NetworkError, TrafficControlError)):
+        if isinstance(e, (NotUp, NetworkError, TrafficControlError, RemoteError)):  # a run failed: exit 1
             print(f"error: {e}", file=sys.stderr)
             return 1
         raise

@@ -99,6 +99,24 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def cmd_part_up(args: argparse.Namespace) -> int:
+    """Run by the launcher over ssh: build this server's part (JSON on stdin), leave it up, report JSON."""
+    from topologies.model import from_dict as topology
+
+    from ..network.emulation import EmulatedNetwork
+    from .launch import part_report
+    from .tunnel import Part
+
+    req = json.loads(sys.stdin.read())
+    net = EmulatedNetwork(topology(req["topology"]), impairment=req["impairment"],
+                          allow_missing_netem=req["allow_missing_netem"], with_ps=req["with_ps"], seed=req["seed"],
+                          log=lambda m: print(m, file=sys.stderr, flush=True), part=Part.from_dict(req["part"]))
+    net.start()
+    net.stop_watching()
+    print(json.dumps(part_report(net)))
+    return 0
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("cluster", help="spread a topology over several servers: placement, SSH reachability, clocks",
                        description="A cluster file names the servers (address, SSH user, GPUs, max_hosts) and the "
@@ -119,3 +137,6 @@ def register(sub: Any) -> None:
                                                           "is kept; default 64)")
     ck.add_argument("--json", action="store_true", help="print the results as JSON")
     ck.set_defaults(func=cmd_check)
+    pu = csub.add_parser("part-up", help="(run by `net up --cluster` over ssh) build this server's part of a "
+                                         "network from JSON on stdin")
+    pu.set_defaults(func=cmd_part_up)

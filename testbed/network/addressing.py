@@ -11,6 +11,7 @@ These private addresses only exist inside the testbed's namespaces.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
 
@@ -90,6 +91,10 @@ class NetPlan:
     wans: list[WanPlan]
     bridges: list[str]
     switches: list[SwitchPlan] = field(default_factory=list)
+    #: several servers (testbed.cluster): WAN links with one end on this server, built as tunnels
+    tunnels: list[WanPlan] = field(default_factory=list)
+    #: several servers: the DCs this server builds (None: every DC, one machine)
+    part: tuple[str, ...] | None = None
 
     def hosts(self, dc: str | None = None, role: str | None = "host") -> list[NodePlan]:
         return [n for n in self.nodes.values() if (dc is None or n.dc == dc) and (role is None or n.role == role)]
@@ -113,6 +118,23 @@ class NetPlan:
             routes = ", ".join(f"{r.dst} via {r.via}" for r in n.routes)
             out.append(f"{n.role:6} {n.name:12} netns {n.netns:16} {addrs}; routes: {routes}")
         return out
+
+
+def restrict(plan: NetPlan, dcs: Iterable[str]) -> NetPlan:
+    """The part of ``plan`` one server builds when the topology spans several (testbed.cluster): the nodes
+    and switches of ``dcs``, the WAN links between two of them (``wans``), and those with one end among
+    them (``tunnels``, each built as a tunnel to the server of the other end).  Names and addresses are the
+    full plan's, so routes and shapes are the same as on one machine."""
+    mine = set(dcs)
+    unknown = mine - set(plan.topology.dc_names)
+    if unknown:
+        raise ValueError(f"no DC(s) {sorted(unknown)} in topology {plan.topology.name!r}")
+    return NetPlan(plan.topology, {n: p for n, p in plan.nodes.items() if p.dc in mine},
+                   [w for w in plan.wans if w.a in mine and w.b in mine],
+                   [sw.bridge for sw in plan.switches if sw.dc in mine],
+                   [sw for sw in plan.switches if sw.dc in mine],
+                   [w for w in plan.wans if (w.a in mine) != (w.b in mine)],
+                   tuple(d for d in plan.topology.dc_names if d in mine))
 
 
 def lan_shapes(lan: LinkShape) -> tuple[LinkShape | None, LinkShape | None, LinkShape | None]:

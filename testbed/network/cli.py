@@ -53,6 +53,8 @@ def _build(args: argparse.Namespace) -> EmulatedNetwork:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    if args.cluster:
+        return _up_cluster(args)
     net = _build(args)
     events = None
     if args.schedule:
@@ -80,6 +82,32 @@ def cmd_up(args: argparse.Namespace) -> int:
          "`testbed net down`); run a command in a node with "
          f"`testbed net exec {next(iter(net.plan.nodes))} -- CMD`; change a link with `testbed net set A B ...`")
     return status
+
+
+def _up_cluster(args: argparse.Namespace) -> int:
+    """``net up SPEC --cluster FILE``: every server builds its DCs (testbed.cluster.launch)."""
+    from testbed.cluster import launch
+    from testbed.cluster.model import load as load_cluster
+
+    for flag in ("cli", "dry_run", "schedule"):
+        if getattr(args, flag):
+            raise ValidationError(f"--{flag.replace('_', '-')}", "not available with --cluster yet",
+                                  "bring the network up without it (see `testbed cluster place` for the plan)")
+    cluster = load_cluster(args.cluster)
+    topo = load(args.spec, scale=args.scale)
+    if cluster.mode != "emulate":
+        raise ValidationError("mode", f"mode {cluster.mode!r}: `net up` builds emulate mode only (shape mode is "
+                              "not built yet)", "write mode: emulate in the cluster file")
+    rep = launch.up(topo, cluster, impairment=args.impairment, allow_missing_netem=args.allow_missing_netem,
+                    with_ps=not args.no_ps, seed=args.seed)
+    for name, r in rep["servers"].items():
+        _say(f"{name}: {', '.join(r['dcs'])}: {r['nodes']} nodes, {r['tunnels']} tunnel(s), impairment "
+             f"{r['impairment']}" + (f", SKIPPED: {'; '.join(r['skipped'])}" if r["skipped"] else ""))
+    _say(f"network {topo.name} up on {len(rep['servers'])} server(s) in {rep['up_s']:.2f} s; left running until "
+         f"`testbed net down --cluster {args.cluster}`")
+    if args.json:
+        print(json.dumps(rep, indent=2))
+    return 0
 
 
 def _after_up(net: EmulatedNetwork, args: argparse.Namespace, events: Any) -> int:
@@ -196,6 +224,14 @@ def _kernel_has_netem() -> bool:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
+    if getattr(args, "cluster", None):
+        from testbed.cluster import launch
+        from testbed.cluster.model import load as load_cluster
+
+        out = launch.down(load_cluster(args.cluster))
+        for name, r in out.items():
+            _say(f"{name}: " + ("cleaned" if r["ok"] else f"NOT cleaned: {r.get('error') or r.get('said')}"))
+        return 0 if all(r["ok"] for r in out.values()) else 1
     removed = cleanup.cleanup()
     if removed:
         _say("removed: " + "; ".join(f"{k}: {len(v)}" for k, v in removed.items()))
@@ -525,8 +561,15 @@ def register(sub: Any) -> None:
                     help="play a link trace (time,link,rate,delay,jitter,loss,state) against the running network; "
                          "rates are spec rates (times the topology's scale); the command returns when it ends, "
                          "exit 1 if an event failed")
+    up.add_argument("--cluster", metavar="FILE",
+                    help="spread the DCs over the servers of this cluster file (README \"Several servers\"): each "
+                         "server builds its DCs over ssh, WAN links between servers become VXLAN tunnels shaped as "
+                         "on one machine")
+    up.add_argument("--json", action="store_true", help="with --cluster: print every server's report as JSON")
     up.set_defaults(func=cmd_up)
     down = nsub.add_parser("down", help="remove the network (everything named tb-*, testbed processes)")
+    down.add_argument("--cluster", metavar="FILE", help="on every server of this cluster file, over ssh (remote ones "
+                                                        "first); also after a crash of the launcher")
     down.set_defaults(func=cmd_down)
     show = nsub.add_parser("show", help="the running network as the kernel reports it: every WAN direction's "
                                         "tc state and interface state, the userspace daemons' health "
@@ -611,6 +654,7 @@ def register(sub: Any) -> None:
     topo.add_argument("--json", action="store_true")
     topo.set_defaults(func=cmd_topo)
     clean = sub.add_parser("clean", help="remove every testbed object left on this machine (also after a crash)")
+    clean.add_argument("--cluster", metavar="FILE", help="also on every server of this cluster file, over ssh")
     clean.set_defaults(func=cmd_clean)
     imp = sub.add_parser("import-matrix", help="a topology from a published latency/bandwidth matrix (CSV of region "
                          "pairs: a,b,rtt,rate,source), sources recorded in its description",

@@ -53,7 +53,7 @@ from traffic_control.shape import DEFAULT_MTU, WIRE_GSO_SEGS, LinkShape, shape_d
 
 from . import cgroups, cleanup, docker_hosts, jitter_control, naming, state
 from . import impairment as uimp
-from .addressing import IfacePlan, NetPlan, NodePlan, plan_network
+from .addressing import IfacePlan, NetPlan, NodePlan, WanPlan, plan_network, restrict
 
 IMPAIRMENTS = ("auto", "netem", "userspace", "none")
 
@@ -378,11 +378,15 @@ class EmulatedNetwork:
     def __init__(self, topo: Topology, *, impairment: str = "auto", allow_missing_netem: bool = False,
                  with_ps: bool = True, log: Callable[[str], None] | None = None,
                  netem_available: bool | None = None, seed: int | None = None,
-                 shared_dirs: Iterable[str | Path] = ()) -> None:
+                 shared_dirs: Iterable[str | Path] = (), part: Any = None) -> None:
         self.topo = topo
         self.with_ps = with_ps
         self.seed = seed
         self.plan: NetPlan = plan_network(topo, with_ps=with_ps)
+        #: several servers (testbed.cluster.tunnel.Part): this server's DCs and tunnel ends; None: every DC
+        self.part = part
+        if part is not None:
+            self.plan = restrict(self.plan, part.dcs)
         self.requested = impairment
         self.allow_missing_netem = allow_missing_netem
         self._netem_hint = netem_available
@@ -431,6 +435,7 @@ class EmulatedNetwork:
         _check_lan_impairment(self.topo, self.impairment)
         check_backend_features(self.topo, self.impairment)
         check_transport(self.topo)
+        self._check_tunnels()
         if self.impairment.skipped:
             self.log(f"WARNING: impairment backend {self.impairment.backend!r}; delay/jitter/loss are SKIPPED on: "
                      + "; ".join(self.impairment.skipped))
@@ -570,8 +575,13 @@ class EmulatedNetwork:
         if rec is None or not cleanup.owned_netns():
             raise NotUp("no testbed network is up (start one with `testbed net up TOPOLOGY`)")
         topo = from_dict(rec["topology"])
+        part = None
+        if rec.get("part"):
+            from testbed.cluster.tunnel import Part
+
+            part = Part.from_dict(rec["part"])
         net = cls(topo, impairment=rec["impairment"]["backend"], with_ps=rec.get("with_ps", True), log=log,
-                  seed=rec.get("seed"))
+                  seed=rec.get("seed"), part=part)
         net.impairment = Impairment.from_dict(rec["impairment"])
         for w in net.plan.wans:
             for attr, key in (("forward", f"{w.a}->{w.b}"), ("reverse", f"{w.b}->{w.a}")):
@@ -936,6 +946,11 @@ class EmulatedNetwork:
         for w in self.plan.wans:
             self._handles[w.a_router].link("add", ifname=w.a_if, kind="veth",
                                            peer={"ifname": w.b_if, "net_ns_pid": self.nodes[w.b_router].pid})
+        # WAN links to DCs on other servers: this end of each link's tunnel, as the veth end it replaces
+        for w, router, ifname, mtu in self._tunnel_ends():
+            from testbed.cluster import tunnel
+
+            tunnel.create(self.part.tunnels[tunnel.link_key(w.a, w.b)], ifname, mtu, self.nodes[router].pid)
         for node in self.plan.nodes.values():
             ns = self._handles[node.name]
             ns.link("set", index=ns.link_lookup(ifname="lo")[0], state="up")
@@ -971,6 +986,27 @@ class EmulatedNetwork:
                     ovsctl.add_port(ifc.bridge, ifc.port)
                     root.link("set", index=root.link_lookup(ifname=ifc.port)[0], state="up")
 
+    def _tunnel_ends(self) -> list[tuple[WanPlan, str, str, int]]:
+        """(link, local router, its interface, MTU) of every WAN link that crosses to another server."""
+        out = []
+        for w in self.plan.tunnels:
+            router, ifname = (w.a_router, w.a_if) if w.a_router in self.plan.nodes else (w.b_router, w.b_if)
+            out.append((w, router, ifname, w.forward.mtu))
+        return out
+
+    def _check_tunnels(self) -> None:
+        """Every tunnel end named by the part, and its MTU fits the servers' network (before building)."""
+        if not self.plan.tunnels:
+            return
+        from testbed.cluster import tunnel
+
+        for w, _, _, mtu in self._tunnel_ends():
+            key = tunnel.link_key(w.a, w.b)
+            if key not in self.part.tunnels:
+                raise ValueError(f"link {key} crosses servers but the part names no tunnel for it")
+            i = next(k for k, lk in enumerate(self.topo.links) if {lk.a, lk.b} == {w.a, w.b})
+            tunnel.check_fits(self.part.tunnels[key], mtu, f"links[{i}].mtu")
+
     def _configure_routes(self, node: NodePlan) -> None:
         held = node.name in self._handles
         ns = self._ns(node.name)
@@ -983,7 +1019,7 @@ class EmulatedNetwork:
 
     # --------------------------------------------------------------- shaping
     def _wan_direction(self, node: str, ifname: str) -> str:
-        for w in self.plan.wans:
+        for w in [*self.plan.wans, *self.plan.tunnels]:
             if (w.a_router, w.a_if) == (node, ifname):
                 return f"{w.a}->{w.b}"
             if (w.b_router, w.b_if) == (node, ifname):
@@ -1085,6 +1121,7 @@ class EmulatedNetwork:
                          for n, p in self.plan.nodes.items()},
                "switches": {sw.dc: {"netns": sw.netns, "bridge": sw.bridge} for sw in self.plan.switches},
                "links": self._links_record(), "userspace": self._userspace_record(),
+               "part": self.part.to_dict() if self.part is not None else None,
                "created": time.time(), "builder_pid": os.getpid()}
         state.write(rec)
 
@@ -1093,6 +1130,9 @@ class EmulatedNetwork:
         for w in self.plan.wans:
             out[f"{w.a}->{w.b}"] = shape_dict(w.forward)
             out[f"{w.b}->{w.a}"] = shape_dict(w.reverse)
+        for w in self.plan.tunnels:  # this server shapes the direction leaving its own DC
+            out[f"{w.a}->{w.b}" if w.a_router in self.plan.nodes else f"{w.b}->{w.a}"] = \
+                shape_dict(w.forward if w.a_router in self.plan.nodes else w.reverse)
         return out
 
     def _userspace_record(self) -> list[dict[str, Any]]:

@@ -27,6 +27,12 @@ def _check(name: str) -> str:
     return name
 
 
+def tunnel_name(vni: int) -> str:
+    """A WAN tunnel's VXLAN interface between its creation (server's namespace) and its move into the router's
+    namespace under the link's own name (testbed.cluster.tunnel)."""
+    return _check(f"{PREFIX}-vx{vni}")
+
+
 def host_name(dc: str, i: int) -> str:
     return f"{dc}-h{i}"
 

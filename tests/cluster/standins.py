@@ -2,8 +2,10 @@
 
 What a test gets is what real servers give: an address on a shared network and an SSH daemon that takes a
 key the test made.  Each stand-in's sshd runs in its own network namespace and, under ``unshare``, its own
-mount and PID namespaces with private ``/run/netns``, ``/run/geo-testbed`` a testbed started
-there over SSH sees its own state and processes, not the launcher's.  A stand-in may be given a clock offset
+mount and PID namespaces with a private ``/run`` (so ``/run/netns`` and ``/run/geo-testbed`` are its own): a
+testbed started there over SSH sees its own state, namespaces and processes, not the launcher's.  (The
+launcher, in the root PID namespace, does see the stand-ins' processes: a plain ``testbed clean`` there would
+end them, which no real server allows; the tests take parts down with ``net down --cluster``, remote first.)  A stand-in may be given a clock offset
 (libfaketime preloaded into every session through sshd's ``SetEnv``), a stand-in for a server whose clock is
 off.  The launcher is the test's own (root) namespace, joined to the bridge by a veth.
 
@@ -17,6 +19,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,8 +52,10 @@ class StandIn:
 class StandInServers:
     """``count`` stand-in servers (``s2``, ``s3``...; ``s1`` is the launcher) under ``workdir``."""
 
-    def __init__(self, workdir: Path, count: int = 2, clock_offsets_s: tuple[float, ...] = ()) -> None:
+    def __init__(self, workdir: Path, count: int = 2, clock_offsets_s: tuple[float, ...] = (),
+                 mtu: int = 9000) -> None:
         self.workdir = workdir
+        self.mtu = mtu  # the servers' network (jumbo frames: a 1500-byte WAN link fits a VXLAN tunnel)
         self.servers = [StandIn(f"s{i + 2}", i + 1, clock_offsets_s[i] if i < len(clock_offsets_s) else 0.0)
                         for i in range(count)]
         self.key = workdir / "id_ed25519"
@@ -75,7 +80,8 @@ class StandInServers:
         sh("ip", "-n", NET, "link", "add", "br0", "type", "bridge")
         sh("ip", "-n", NET, "link", "set", "br0", "up")
         sh("ip", "link", "add", LAUNCHER_IF, "type", "veth", "peer", "name", "l0", "netns", NET)
-        sh("ip", "-n", NET, "link", "set", "l0", "master", "br0", "up")
+        sh("ip", "-n", NET, "link", "set", "l0", "mtu", str(self.mtu), "master", "br0", "up")
+        sh("ip", "link", "set", LAUNCHER_IF, "mtu", str(self.mtu))
         sh("ip", "addr", "add", f"{SUBNET}.1/24", "dev", LAUNCHER_IF)
         sh("ip", "link", "set", LAUNCHER_IF, "up")
         for s in self.servers:
@@ -83,7 +89,8 @@ class StandInServers:
             sh("ip", "netns", "add", s.netns)
             sh("ip", "-n", s.netns, "link", "add", "eth0", "type", "veth", "peer", "name", f"p{s.index}",
                "netns", NET)
-            sh("ip", "-n", NET, "link", "set", f"p{s.index}", "master", "br0", "up")
+            sh("ip", "-n", NET, "link", "set", f"p{s.index}", "mtu", str(self.mtu), "master", "br0", "up")
+            sh("ip", "-n", s.netns, "link", "set", "eth0", "mtu", str(self.mtu))
             sh("ip", "-n", s.netns, "addr", "add", f"{s.address}/24", "dev", "eth0")
             sh("ip", "-n", s.netns, "link", "set", "eth0", "up")
             sh("ip", "-n", s.netns, "link", "set", "lo", "up")
@@ -102,10 +109,9 @@ class StandInServers:
             f"PasswordAuthentication no\nKbdInteractiveAuthentication no\nSetEnv {env}\n"
             f"MaxSessions 64\nMaxStartups 64\n")
         # own mount + PID namespaces, with private run-time directories: the server's own view
-        inner = ("mount --make-rprivate / && mount -t tmpfs tbsrv /run/netns 2>/dev/null "
-                 "|| { mkdir -p /run/netns && mount -t tmpfs tbsrv /run/netns; } ; "
-                 "mkdir -p /run/geo-testbed && mount -t tmpfs tbsrv /run/geo-testbed && "
-                 "mkdir -p /run/sshd && "
+        # /run as a whole, not only its testbed directories: a directory mounted over in another mount
+        # namespace is detached when the launcher removes it (rmdir), which would merge the two views
+        inner = ("mount --make-rprivate / && mount -t tmpfs tbsrv /run && mkdir -p /run/netns /run/sshd && "
                  f"exec /usr/sbin/sshd -D -e -f {d}/sshd_config")
         with open(d / "sshd.log", "wb") as log:
             s.proc = subprocess.Popen(["ip", "netns", "exec", s.netns, "unshare", "--mount", "--pid", "--fork",
@@ -138,7 +144,8 @@ class StandInServers:
     # ------------------------------------------------------------ the cluster file
     def cluster(self, **extra: object) -> dict[str, object]:
         servers = [{"name": "s1", "address": f"{SUBNET}.1"}]
-        servers += [{"name": s.name, "address": s.address, "identity": str(self.key)} for s in self.servers]
+        servers += [{"name": s.name, "address": s.address, "identity": str(self.key), "python": sys.executable}
+                    for s in self.servers]
         return {"servers": servers, "known_hosts": str(self.known_hosts), "connect_timeout": 5, **extra}
 
     def kill_sshd(self, name: str) -> None:

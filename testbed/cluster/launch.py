@@ -1,0 +1,137 @@
+"""Bring one topology up across several servers (emulate mode), and down again.
+
+The launcher places the DCs (:mod:`.placement`), works out each server's part (its DCs, and one VXLAN
+tunnel end per WAN link that crosses servers, :mod:`.tunnel`), then asks every other server over SSH to
+build its part (``testbed cluster part-up``, the part and the topology sent on stdin, so a topology file
+need not exist there) and builds its own last.  Every part is the one-machine build restricted to its DCs:
+the same names, addresses, routes and shapes.  When any part fails, the parts already up are taken down
+before the error is reported.  ``down`` runs ``testbed net down`` on every server (remote ones first), so it
+also clears what a crashed launcher left, with no state of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from topologies.model import Topology
+from traffic_control.errors import ValidationError
+
+from .model import Cluster, Server
+from .placement import Placement, place
+from .remote import Remote, RemoteError
+from .tunnel import BASE_VNI, Part, TunnelEnd, ipv4_of, link_key
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def parts(topo: Topology, cluster: Cluster, placement: Placement) -> dict[str, Part]:
+    """Each server's part; servers holding no DC get none."""
+    addr = {s.name: ipv4_of(s.address, f"servers[{i}].address") for i, s in enumerate(cluster.servers)}
+    tunnels: dict[str, dict[str, TunnelEnd]] = {s: {} for s in cluster.names}
+    for i, lk in enumerate(topo.links):
+        sa, sb = placement.assignment[lk.a], placement.assignment[lk.b]
+        if sa == sb:
+            continue
+        key, vni = link_key(lk.a, lk.b), BASE_VNI + i
+        tunnels[sa][key] = TunnelEnd(key, vni, addr[sa], addr[sb])
+        tunnels[sb][key] = TunnelEnd(key, vni, addr[sb], addr[sa])
+    return {s: Part(s, tuple(placement.dcs_on(s)), tunnels[s]) for s in cluster.names if placement.dcs_on(s)}
+
+
+def remote_testbed(server: Server, args: list[str]) -> str:
+    """The shell command that runs ``testbed ARGS`` from the server's checkout with its Python, as root."""
+    checkout = server.checkout or str(REPO)
+    sudo = "" if server.user == "root" else "sudo -n "
+    return f"cd {shlex.quote(checkout)} && exec {sudo}{shlex.quote(server.python)} -m testbed.cli " + shlex.join(args)
+
+
+def _say(msg: str) -> None:
+    print(f"cluster: {msg}", file=sys.stderr, flush=True)
+
+
+def up(topo: Topology, cluster: Cluster, *, impairment: str = "auto", allow_missing_netem: bool = False,
+       with_ps: bool = True, seed: int | None = None, log: Callable[[str], None] = _say) -> dict[str, Any]:
+    """Build every server's part; returns what each reported.  On failure, every part built is removed."""
+    from testbed.network.emulation import EmulatedNetwork
+
+    placement = place(topo, cluster)
+    each = parts(topo, cluster, placement)
+    report: dict[str, Any] = {"placement": placement.to_dict(), "servers": {}}
+    done: list[str] = []
+    t0 = time.monotonic()
+    try:
+        for name, part in each.items():
+            if name == cluster.launcher:
+                continue
+            server = cluster.server(name)
+            log(f"{name}: building {', '.join(part.dcs)} ({len(part.tunnels)} tunnel(s)) over ssh")
+            payload = json.dumps({"topology": topo.to_dict(), "part": part.to_dict(), "impairment": impairment,
+                                  "allow_missing_netem": allow_missing_netem, "with_ps": with_ps, "seed": seed})
+            done.append(name)  # a failure half-way leaves objects: down takes them
+            with Remote(server, cluster) as r:
+                cp = r.run(remote_testbed(server, ["cluster", "part-up"]), input=payload, timeout=600, check=False)
+            if cp.returncode == 2:  # bad input found there before anything was built (e.g. a tunnel's MTU)
+                i = cluster.names.index(name)
+                raise ValidationError(f"servers[{i}]", f"{name}: {_tail(cp.stderr, 1)}",
+                                      "see the message (checked on that server)")
+            if cp.returncode != 0:
+                raise RemoteError(server, f"building its part failed (exit {cp.returncode}): "
+                                  + _tail(cp.stderr), "see the message; `testbed net down --cluster FILE` clears "
+                                                      "every server")
+            report["servers"][name] = json.loads(cp.stdout.strip().splitlines()[-1])
+        if cluster.launcher in each:
+            part = each[cluster.launcher]
+            log(f"{cluster.launcher} (this machine): building {', '.join(part.dcs)} ({len(part.tunnels)} tunnel(s))")
+            done.append(cluster.launcher)
+            net = EmulatedNetwork(topo, impairment=impairment, allow_missing_netem=allow_missing_netem,
+                                  with_ps=with_ps, seed=seed, log=log, part=part)
+            net.start()
+            net.stop_watching()
+            report["servers"][cluster.launcher] = part_report(net)
+    except BaseException:
+        log("a part failed: removing the parts built so far")
+        down(cluster, only=done, log=log)
+        raise
+    report["up_s"] = time.monotonic() - t0
+    return report
+
+
+def part_report(net: Any) -> dict[str, Any]:
+    imp = net.impairment
+    return {"dcs": list(net.part.dcs) if net.part else [], "nodes": len(net.plan.nodes),
+            "tunnels": len(net.plan.tunnels), "impairment": imp.backend if imp else None,
+            "skipped": list(imp.skipped) if imp else [], "up_s": net.timings.get("up_s")}
+
+
+def down(cluster: Cluster, *, only: list[str] | None = None,
+         log: Callable[[str], None] = _say) -> dict[str, Any]:
+    """``testbed net down`` on every server (or ``only`` those), remote ones first; errors are collected, not
+    raised, so one unreachable server does not keep the others up."""
+    from testbed.network import cleanup
+
+    out: dict[str, Any] = {}
+    for s in cluster.servers:
+        if s.name == cluster.launcher or (only is not None and s.name not in only):
+            continue
+        try:
+            with Remote(s, cluster) as r:
+                cp = r.run(remote_testbed(s, ["net", "down"]), timeout=120, check=False)
+            out[s.name] = {"ok": cp.returncode == 0, "said": cp.stderr.strip().splitlines()[-1:]}
+        except RemoteError as e:
+            out[s.name] = {"ok": False, "error": str(e)}
+            log(f"{s.name}: NOT cleaned: {e}")
+    if only is None or cluster.launcher in only:
+        removed = cleanup.cleanup()
+        out[cluster.launcher] = {"ok": True, "removed": {k: len(v) for k, v in removed.items()}}
+    return out
+
+
+def _tail(text: str, lines: int = 3) -> str:
+    kept = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
+    return " | ".join(kept[-lines:]) or "no message"

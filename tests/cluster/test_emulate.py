@@ -1,0 +1,167 @@
+"""Emulate mode across servers: ``testbed net up TOPOLOGY --cluster FILE`` as a user runs it.
+
+The launcher is this (root) namespace, the other server a stand-in reached over SSH only
+(tests/cluster/standins.py).  Every command is the CLI in its own process; what runs on the stand-in runs
+there through ssh (``testbed net exec`` in its checkout), never by entering its namespaces from here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.cluster.standins import StandInServers
+from tests.conftest import REPO, run_cli
+from traffic_control.shape import tcp_payload_fraction
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+# a line of three DCs: a on the launcher (s1); b and c on the stand-in (s2).  a-b crosses servers (a
+# tunnel), b-c does not: the same shape on both, so the tunnel is held against a same-server link
+LINE = {"name": "line3", "defaults": {"hosts": 1, "lan": {"rate": "1Gbit"}},
+        "dcs": ["a", "b", "c"],
+        "links": [{"a": "a", "b": "b", "rate": "50Mbit", "delay": "5ms"},
+                  {"a": "b", "b": "c", "rate": "50Mbit", "delay": "5ms"}]}
+PLACEMENT = {"a": "s1", "b": "s2", "c": "s2"}
+
+
+@pytest.fixture(scope="module")
+def standins(tmp_path_factory):
+    import os
+
+    from tests.cluster.standins import FAKETIME_LIB
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces, sshd)")
+    if not os.path.exists("/usr/sbin/sshd") or not os.path.exists(FAKETIME_LIB):
+        pytest.skip("needs openssh-server and faketime for the stand-in servers (WITH_CLUSTER=1 make bootstrap)")
+    s = StandInServers(tmp_path_factory.mktemp("emulate"), 1).start()
+    yield s
+    run_cli("net", "down", "--cluster", str(write(s.workdir, s.cluster())), timeout=120)
+    s.stop()
+
+
+def write(d, spec, name="cluster.yaml"):
+    f = d / name
+    f.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return f
+
+
+def on_s2(standins, cmd: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """A shell command on the stand-in, over ssh (as the testbed reaches it)."""
+    return subprocess.run(["ssh", *standins.ssh_options(), f"root@{standins.servers[0].address}", cmd],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def s2_testbed(standins, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return on_s2(standins, f"cd {shlex.quote(str(REPO))} && {shlex.quote(sys.executable)} -m testbed.cli "
+                 + shlex.join(args), timeout)
+
+
+def min_rtt_ms(text: str) -> float:
+    m = re.search(r"= ([\d.]+)/", text)
+    assert m, text
+    return float(m.group(1))
+
+
+def s2_state(standins) -> dict[str, list[str]]:
+    r = on_s2(standins, f"cd {shlex.quote(str(REPO))} && {shlex.quote(sys.executable)} -c "
+                        "'import json; from testbed.network.cleanup import leftovers; print(json.dumps(leftovers()))'")
+    assert r.returncode == 0, r.stderr
+    return {k: v for k, v in json.loads(r.stdout).items() if v}
+
+
+def local_namespaces() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return sorted(ln.split()[0] for ln in out.splitlines() if ln.startswith("tb-"))
+
+
+def iperf_bps(standins, sender_on_s2: bool, sender: str, port: int) -> float:
+    srv = s2_testbed(standins, "net", "exec", "b-h1", "--", "iperf3", "-s", "-1", "-D", "-p", str(port))
+    assert srv.returncode == 0, srv.stderr
+    client = ["net", "exec", sender, "--", "iperf3", "-c", "10.2.0.1", "-p", str(port), "-t", "4", "-O", "1", "-J"]
+    r = s2_testbed(standins, *client, timeout=60) if sender_on_s2 else run_cli(*client, timeout=60)
+    assert r.returncode == 0, r.stdout[-500:] + r.stderr
+    return json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"]
+
+
+def test_up_across_two_servers_delays_goodput_and_down(standins, tmp_path):
+    topo = write(tmp_path, LINE, "line3.yaml")
+    cluster = write(tmp_path, standins.cluster(placement=PLACEMENT))
+    r = run_cli("net", "up", str(topo), "--cluster", str(cluster), "--json", timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["placement"]["assignment"] == PLACEMENT and rep["placement"]["tunnels"] == [["a", "b"]]
+    assert rep["servers"]["s1"]["dcs"] == ["a"] and rep["servers"]["s2"]["dcs"] == ["b", "c"]
+    assert rep["servers"]["s1"]["impairment"] == rep["servers"]["s2"]["impairment"] != "none"
+    try:
+        # each server holds its own DCs, nothing else
+        assert local_namespaces() == ["tb-a-h1", "tb-a-r", "tb-a-sw"]
+        s2_ns = on_s2(standins, "ip netns list").stdout
+        assert "tb-b-r" in s2_ns and "tb-c-h1" in s2_ns and "tb-a-" not in s2_ns
+        # delays across the server boundary: a -> b (one tunnel) and a -> c (tunnel, then b-c on s2)
+        for dst, rtt in (("10.2.0.1", 10.0), ("10.3.0.1", 20.0)):  # 5 ms one way per link
+            p = run_cli("net", "exec", "a-h1", "--", "ping", "-c", "20", "-i", "0.05", dst, timeout=60)
+            assert " 0% packet loss" in p.stdout, p.stdout
+            assert rtt <= min_rtt_ms(p.stdout) <= rtt + 3.0, (dst, p.stdout[-200:])
+        back = s2_testbed(standins, "net", "exec", "c-h1", "--", "ping", "-c", "20", "-i", "0.05", "10.1.0.1")
+        assert " 0% packet loss" in back.stdout and 20.0 <= min_rtt_ms(back.stdout) <= 23.0, back.stdout
+        # goodput: the tunnelled link a->b beside the same-server link c->b at the same shape, alternated
+        tunnel, local = [], []
+        for k in range(3):
+            tunnel.append(iperf_bps(standins, False, "a-h1", 5301 + 2 * k))
+            local.append(iperf_bps(standins, True, "c-h1", 5302 + 2 * k))
+        ratio = statistics.median(tunnel) / statistics.median(local)
+        ideal = 50e6 * tcp_payload_fraction()
+        print(f"MEASURED tunnel a->b {[round(x / 1e6, 2) for x in tunnel]} Mbit/s, same-server c->b "
+              f"{[round(x / 1e6, 2) for x in local]} Mbit/s, ratio of medians {ratio:.3f} (bar 0.95); "
+              f"ideal {ideal / 1e6:.2f}")
+        assert ratio >= 0.95, (tunnel, local)
+        assert statistics.median(local) >= 0.8 * ideal
+    finally:
+        d = run_cli("net", "down", "--cluster", str(cluster), timeout=120)
+    assert d.returncode == 0, d.stderr
+    assert local_namespaces() == []
+    assert s2_state(standins) == {}
+
+
+def test_a_tunnel_that_does_not_fit_the_servers_mtu_is_refused_before_anything_is_built(standins, tmp_path):
+    big = dict(LINE, links=[dict(LINE["links"][0], mtu=9000), LINE["links"][1]])
+    r = run_cli("net", "up", str(write(tmp_path, big, "big.yaml")), "--cluster",
+                str(write(tmp_path, standins.cluster(placement=PLACEMENT))), timeout=300)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "links[0].mtu" in r.stderr and "VXLAN" in r.stderr and "mtu: 8950" in r.stderr, r.stderr
+    assert local_namespaces() == [] and s2_state(standins) == {}
+
+
+def test_a_server_that_cannot_be_reached_fails_the_build_and_leaves_nothing(standins, tmp_path):
+    spec = standins.cluster(placement={"a": "s1", "b": "s2", "c": "gone"}, connect_timeout=2)
+    spec["servers"].append({"name": "gone", "address": "10.231.0.99"})
+    r = run_cli("net", "up", str(write(tmp_path, LINE, "line3.yaml")), "--cluster", str(write(tmp_path, spec)),
+                timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "server gone" in r.stderr and "10.231.0.99" in r.stderr, r.stderr
+    assert "removing the parts built so far" in r.stderr
+    assert local_namespaces() == [] and s2_state(standins) == {}
+
+
+def test_down_reports_a_server_it_could_not_reach(standins, tmp_path):
+    """Last in this module: it kills the stand-in's sshd (after its part is up)."""
+    topo = write(tmp_path, LINE, "line3.yaml")
+    cluster = write(tmp_path, standins.cluster(placement=PLACEMENT, connect_timeout=2))
+    assert run_cli("net", "up", str(topo), "--cluster", str(cluster), timeout=300).returncode == 0
+    assert s2_state(standins) != {}
+    # the stand-in's testbed goes first (as a server would be cleaned by its operator), then its sshd
+    assert s2_testbed(standins, "net", "down").returncode == 0
+    standins.kill_sshd("s2")
+    d = run_cli("net", "down", "--cluster", str(cluster), timeout=120)
+    assert d.returncode == 1
+    assert "s2: NOT cleaned" in d.stderr and "s1: cleaned" in d.stderr, d.stderr
+    assert local_namespaces() == []
