@@ -3,7 +3,7 @@
 The launcher places the DCs (:mod:`.placement`), works out each server's part (its DCs, and one VXLAN
 tunnel end per WAN link that crosses servers, :mod:`.tunnel`), then asks every other server over SSH to
 build its part (``testbed cluster part-up``, the part and the topology sent on stdin, so a topology file
-need not exist there) and builds its own last.  Every part is the one-machine build restricted to its DCs:
+need not exist there), all at once, while it builds its own.  Every part is the one-machine build restricted to its DCs:
 the same names, addresses, routes and shapes.  When any part fails, the parts already up are taken down
 before the error is reported.  ``down`` runs ``testbed net down`` on every server (remote ones first), so it
 also clears what a crashed launcher left, with no state of its own.
@@ -16,6 +16,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +45,18 @@ def parts(topo: Topology, cluster: Cluster, placement: Placement) -> dict[str, P
     return {s: Part(s, tuple(placement.dcs_on(s)), tunnels[s]) for s in cluster.names if placement.dcs_on(s)}
 
 
-def remote_testbed(server: Server, args: list[str]) -> str:
-    """The shell command that runs ``testbed ARGS`` from the server's checkout with its Python, as root."""
+def remote_testbed(server: Server, args: list[str], owned: bool = False) -> str:
+    """The shell command that runs ``testbed ARGS`` from the server's checkout with its Python, as root.
+
+    ``owned``: the process carries the testbed's owner mark, so that ``testbed clean`` there ends it (a
+    builder left running by a launcher that died must not add objects after the clean-up)."""
+    from testbed.network import naming
+
     checkout = server.checkout or str(REPO)
     sudo = "" if server.user == "root" else "sudo -n "
-    return f"cd {shlex.quote(checkout)} && exec {sudo}{shlex.quote(server.python)} -m testbed.cli " + shlex.join(args)
+    mark = f"env {naming.OWNER_ENV}={naming.PREFIX} " if owned else ""
+    return (f"cd {shlex.quote(checkout)} && exec {sudo}{mark}{shlex.quote(server.python)} -m testbed.cli "
+            + shlex.join(args))
 
 
 def _say(msg: str) -> None:
@@ -66,40 +74,58 @@ def up(topo: Topology, cluster: Cluster, *, impairment: str = "auto", allow_miss
     done: list[str] = []
     t0 = time.monotonic()
     try:
-        for name, part in each.items():
-            if name == cluster.launcher:
-                continue
-            server = cluster.server(name)
-            log(f"{name}: building {', '.join(part.dcs)} ({len(part.tunnels)} tunnel(s)) over ssh")
-            payload = json.dumps({"topology": topo.to_dict(), "part": part.to_dict(), "impairment": impairment,
-                                  "allow_missing_netem": allow_missing_netem, "with_ps": with_ps, "seed": seed})
-            done.append(name)  # a failure half-way leaves objects: down takes them
-            with Remote(server, cluster) as r:
-                cp = r.run(remote_testbed(server, ["cluster", "part-up"]), input=payload, timeout=600, check=False)
-            if cp.returncode == 2:  # bad input found there before anything was built (e.g. a tunnel's MTU)
-                i = cluster.names.index(name)
-                raise ValidationError(f"servers[{i}]", f"{name}: {_tail(cp.stderr, 1)}",
-                                      "see the message (checked on that server)")
-            if cp.returncode != 0:
-                raise RemoteError(server, f"building its part failed (exit {cp.returncode}): "
-                                  + _tail(cp.stderr), "see the message; `testbed net down --cluster FILE` clears "
-                                                      "every server")
-            report["servers"][name] = json.loads(cp.stdout.strip().splitlines()[-1])
-        if cluster.launcher in each:
-            part = each[cluster.launcher]
-            log(f"{cluster.launcher} (this machine): building {', '.join(part.dcs)} ({len(part.tunnels)} tunnel(s))")
-            done.append(cluster.launcher)
-            net = EmulatedNetwork(topo, impairment=impairment, allow_missing_netem=allow_missing_netem,
-                                  with_ps=with_ps, seed=seed, log=log, part=part)
-            net.start()
-            net.stop_watching()
-            report["servers"][cluster.launcher] = part_report(net)
+        remote = [name for name in each if name != cluster.launcher]
+        done.extend(remote)  # a failure half-way leaves objects there: down takes them
+        errors: list[BaseException] = []
+        # every server builds at once: the remote ones over ssh, this one here meanwhile
+        with ThreadPoolExecutor(max_workers=max(1, min(16, len(remote)))) as pool:
+            futures = {name: pool.submit(_build_remote, topo, cluster, each[name], impairment, allow_missing_netem,
+                                         with_ps, seed, log) for name in remote}
+            if cluster.launcher in each:
+                part = each[cluster.launcher]
+                log(f"{cluster.launcher} (this machine): building {', '.join(part.dcs)} "
+                    f"({len(part.tunnels)} tunnel(s))")
+                done.append(cluster.launcher)
+                try:
+                    net = EmulatedNetwork(topo, impairment=impairment, allow_missing_netem=allow_missing_netem,
+                                          with_ps=with_ps, seed=seed, log=log, part=part)
+                    net.start()
+                    net.stop_watching()
+                    report["servers"][cluster.launcher] = part_report(net)
+                except Exception as e:
+                    errors.append(e)
+            for name, fut in futures.items():
+                try:
+                    report["servers"][name] = fut.result()
+                except Exception as e:
+                    errors.append(e)
+        if errors:
+            raise errors[0]
     except BaseException:
         log("a part failed: removing the parts built so far")
         down(cluster, only=done, log=log)
         raise
     report["up_s"] = time.monotonic() - t0
     return report
+
+
+def _build_remote(topo: Topology, cluster: Cluster, part: Part, impairment: str, allow_missing_netem: bool,
+                  with_ps: bool, seed: int | None, log: Callable[[str], None]) -> dict[str, Any]:
+    """One remote server's part, built by ``testbed cluster part-up`` over ssh; its report."""
+    name = part.server
+    server = cluster.server(name)
+    log(f"{name}: building {', '.join(part.dcs)} ({len(part.tunnels)} tunnel(s)) over ssh")
+    payload = json.dumps({"topology": topo.to_dict(), "part": part.to_dict(), "impairment": impairment,
+                          "allow_missing_netem": allow_missing_netem, "with_ps": with_ps, "seed": seed})
+    with Remote(server, cluster) as r:
+        cp = r.run(remote_testbed(server, ["cluster", "part-up"], owned=True), input=payload, timeout=600, check=False)
+    if cp.returncode == 2:  # bad input found there before anything was built (e.g. a tunnel's MTU)
+        raise ValidationError(f"servers[{cluster.names.index(name)}]", f"{name}: {_tail(cp.stderr, 1)}",
+                              "see the message (checked on that server)")
+    if cp.returncode != 0:
+        raise RemoteError(server, f"building its part failed (exit {cp.returncode}): " + _tail(cp.stderr),
+                          "see the message; `testbed net down --cluster FILE` clears every server")
+    return json.loads(cp.stdout.strip().splitlines()[-1])
 
 
 def part_report(net: Any) -> dict[str, Any]:

@@ -152,6 +152,36 @@ def test_a_server_that_cannot_be_reached_fails_the_build_and_leaves_nothing(stan
     assert local_namespaces() == [] and s2_state(standins) == {}
 
 
+def test_clean_after_the_launcher_was_killed_mid_build_leaves_nothing_anywhere(standins, tmp_path):
+    """SIGKILL of `net up --cluster` once the stand-in's part is building; one `testbed clean --cluster` (no
+    state of the launcher's needed) then removes every part."""
+    import os
+    import signal
+    import time
+
+    from tests.conftest import cli_env
+
+    topo = write(tmp_path, LINE, "line3.yaml")
+    cluster = write(tmp_path, standins.cluster(placement=PLACEMENT))
+    p = subprocess.Popen([sys.executable, "-m", "testbed.cli", "net", "up", str(topo), "--cluster", str(cluster)],
+                         cwd=REPO, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    deadline = time.monotonic() + 120
+    while "tb-" not in on_s2(standins, "ip netns list").stdout:
+        assert p.poll() is None, p.stderr.read() if p.stderr else ""
+        assert time.monotonic() < deadline, "the stand-in's part never started"
+        time.sleep(0.05)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    # the orphaned remote build may still be running (ssh does not end it): clean ends it first (it carries
+    # the owner mark), then removes its objects, so one clean leaves nothing, whatever the build had reached
+    r = run_cli("clean", "--cluster", str(cluster), timeout=180)
+    assert r.returncode == 0, r.stderr
+    time.sleep(2.0)  # anything still creating objects would show now
+    assert s2_state(standins) == {} and local_namespaces() == []
+    assert "part-up" not in on_s2(standins, "ps ax").stdout
+
+
 def test_down_reports_a_server_it_could_not_reach(standins, tmp_path):
     """Last in this module: it kills the stand-in's sshd (after its part is up)."""
     topo = write(tmp_path, LINE, "line3.yaml")
