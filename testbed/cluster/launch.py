@@ -5,7 +5,8 @@ tunnel end per WAN link that crosses servers, :mod:`.tunnel`), then asks every o
 build its part (``testbed cluster part-up``, the part and the topology sent on stdin, so a topology file
 need not exist there), all at once, while it builds its own.  Every part is the one-machine build restricted to its DCs:
 the same names, addresses, routes and shapes.  When any part fails, the parts already up are taken down
-before the error is reported.  ``down`` runs ``testbed net down`` on every server (remote ones first), so it
+before the error is reported.  Each remote server's clock offset from the launcher's is measured once its
+part is up (:mod:`.clock`) and reported with it.  ``down`` runs ``testbed net down`` on every server (remote ones first), so it
 also clears what a crashed launcher left, with no state of its own.
 """
 
@@ -23,6 +24,7 @@ from typing import Any
 from topologies.model import Topology
 from traffic_control.errors import ValidationError
 
+from .clock import measure
 from .model import Cluster, Server
 from .placement import Placement, place
 from .remote import Remote, RemoteError
@@ -125,7 +127,10 @@ def _build_remote(topo: Topology, cluster: Cluster, part: Part, impairment: str,
     if cp.returncode != 0:
         raise RemoteError(server, f"building its part failed (exit {cp.returncode}): " + _tail(cp.stderr),
                           "see the message; `testbed net down --cluster FILE` clears every server")
-    return json.loads(cp.stdout.strip().splitlines()[-1])
+    rep = json.loads(cp.stdout.strip().splitlines()[-1])
+    with Remote(server, cluster) as r:  # records from this server line up with the launcher's through it
+        rep["clock"] = measure(r).to_dict()
+    return rep
 
 
 def part_report(net: Any) -> dict[str, Any]:

@@ -101,8 +101,10 @@ def _up_cluster(args: argparse.Namespace) -> int:
     rep = launch.up(topo, cluster, impairment=args.impairment, allow_missing_netem=args.allow_missing_netem,
                     with_ps=not args.no_ps, seed=args.seed)
     for name, r in rep["servers"].items():
+        clock = r.get("clock")
         _say(f"{name}: {', '.join(r['dcs'])}: {r['nodes']} nodes, {r['tunnels']} tunnel(s), impairment "
-             f"{r['impairment']}" + (f", SKIPPED: {'; '.join(r['skipped'])}" if r["skipped"] else ""))
+             f"{r['impairment']}" + (f", SKIPPED: {'; '.join(r['skipped'])}" if r["skipped"] else "")
+             + (f", clock {clock['offset_ns'] / 1e6:+.3f} ms +- {clock['bound_ns'] / 1e6:.3f} ms" if clock else ""))
     _say(f"network {topo.name} up on {len(rep['servers'])} server(s) in {rep['up_s']:.2f} s; left running until "
          f"`testbed net down --cluster {args.cluster}`")
     if args.json:

@@ -667,7 +667,7 @@ class EmulatedNetwork:
                     if netem and (driven(shape) or any(driven(s) for s in resized)):
                         jitter_control.sync(self)
                     return
-        raise ValidationError("link", f"no WAN link {a}->{b}", f"name two adjacent DCs ({self._link_names()})")
+        raise self._no_link(a, b, "->")
 
     def _live_queue_rtts(self) -> dict[tuple[str, str], float]:
         """``Topology.queue_rtts`` with the live WAN delays (a change may have moved them)."""
@@ -748,6 +748,15 @@ class EmulatedNetwork:
             changed.append(imp_shape)
         return changed
 
+    def _no_link(self, a: str, b: str, sep: str) -> ValidationError:
+        """The error for a link this network does not hold: none in the topology, or one that crosses to
+        another server (several servers: only its local end is here)."""
+        if any({w.a, w.b} == {a, b} for w in self.plan.tunnels):
+            return ValidationError("link", f"link {a}-{b} crosses servers (a VXLAN tunnel; this server holds one "
+                                   "end): changing a tunnelled link is not built yet",
+                                   "put the new shape in the topology and bring the network up again")
+        return ValidationError("link", f"no WAN link {a}{sep}{b}", f"name two adjacent DCs ({self._link_names()})")
+
     def _link_names(self) -> str:
         return ", ".join(f"{w.a}-{w.b}" for w in self.plan.wans)
 
@@ -757,7 +766,7 @@ class EmulatedNetwork:
                 return w.forward
             if (w.b, w.a) == (a, b):
                 return w.reverse
-        raise ValidationError("link", f"no WAN link {a}->{b}", "name two adjacent DCs")
+        raise self._no_link(a, b, "->")
 
     def spec_changes(self, changes: dict[str, Any]) -> dict[str, Any]:
         """Shape changes written in spec units, as the kernel gets them: rates times the topology's scale."""
@@ -798,7 +807,7 @@ class EmulatedNetwork:
                 else:
                     self.links_down.setdefault(f"{w.a}<->{w.b}", time.monotonic())
                 return
-        raise ValidationError("link", f"no WAN link {a}-{b}", f"name two adjacent DCs ({self._link_names()})")
+        raise self._no_link(a, b, "-")
 
     def link_report(self) -> dict[str, Any]:
         """Every WAN direction as the kernel reports it now: tc state, interface state, daemon."""
