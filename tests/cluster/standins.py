@@ -30,6 +30,16 @@ LAUNCHER_IF = "tbsrv0"
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
 
+def require() -> None:
+    """Skip the calling test unless stand-ins can run here: root, sshd, libfaketime."""
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces, sshd)")
+    if not os.path.exists("/usr/sbin/sshd") or not os.path.exists(FAKETIME_LIB):
+        pytest.skip("needs openssh-server and faketime for the stand-in servers (WITH_CLUSTER=1 make bootstrap)")
+
+
 def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, check=check)
 

@@ -14,7 +14,7 @@ import time
 import pytest
 import yaml
 
-from tests.cluster.standins import StandInServers
+from tests.cluster.standins import StandInServers, require
 from tests.conftest import run_cli
 
 pytestmark = [pytest.mark.root]
@@ -23,14 +23,7 @@ OFFSETS_S = (0.250, -0.040)
 
 @pytest.fixture(scope="module")
 def standins(tmp_path_factory):
-    import os
-
-    from tests.cluster.standins import FAKETIME_LIB
-
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces, sshd)")
-    if not os.path.exists("/usr/sbin/sshd") or not os.path.exists(FAKETIME_LIB):
-        pytest.skip("needs openssh-server and faketime for the stand-in servers (WITH_CLUSTER=1 make bootstrap)")
+    require()
     s = StandInServers(tmp_path_factory.mktemp("standins"), 2, OFFSETS_S).start()
     yield s
     s.stop()

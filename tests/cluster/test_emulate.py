@@ -17,7 +17,7 @@ import sys
 import pytest
 import yaml
 
-from tests.cluster.standins import StandInServers
+from tests.cluster.standins import StandInServers, require
 from tests.conftest import REPO, run_cli
 from traffic_control.shape import tcp_payload_fraction
 
@@ -34,14 +34,7 @@ PLACEMENT = {"a": "s1", "b": "s2", "c": "s2"}
 
 @pytest.fixture(scope="module")
 def standins(tmp_path_factory):
-    import os
-
-    from tests.cluster.standins import FAKETIME_LIB
-
-    if os.geteuid() != 0:
-        pytest.skip("needs root (network namespaces, sshd)")
-    if not os.path.exists("/usr/sbin/sshd") or not os.path.exists(FAKETIME_LIB):
-        pytest.skip("needs openssh-server and faketime for the stand-in servers (WITH_CLUSTER=1 make bootstrap)")
+    require()
     s = StandInServers(tmp_path_factory.mktemp("emulate"), 1).start()
     yield s
     run_cli("net", "down", "--cluster", str(write(s.workdir, s.cluster())), timeout=120)
