@@ -8,9 +8,13 @@ Layers, each its own module:
 * :mod:`.remote` -- commands on a server over OpenSSH only (one multiplexed connection per server), with errors
   that name the server and the fix;
 * :mod:`.clock` -- each server's wall-clock offset from the launcher's, measured over that connection, so
-  records from several servers can be merged on one time axis.
+  records from several servers can be merged on one time axis;
+* :mod:`.tunnel` -- a WAN link between DCs on different servers as a VXLAN interface in each end's router
+  namespace, and the ``Part`` of a network one server builds;
+* :mod:`.launch` -- emulate mode: every server builds its part (remote ones over ssh), and takes it down.
 
-What is built so far is the control plane (the spec, placement, reachability and clock offsets: ``testbed
-cluster place | check``).  Running emulated hosts or shaping real egress on remote servers is not built yet;
-the README's "Several servers" section says what is and is not there.
+Built so far: the cluster file, placement, reachability and clock checks (``testbed cluster place | check``)
+and emulate mode's network (``testbed net up | down --cluster``).  Trials across servers, merged records,
+``net verify --cluster`` and shape mode are not built yet; the README's "Several servers" section says what is
+and is not there.
 """

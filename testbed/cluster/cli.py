@@ -121,8 +121,9 @@ def register(sub: Any) -> None:
     p = sub.add_parser("cluster", help="spread a topology over several servers: placement, SSH reachability, clocks",
                        description="A cluster file names the servers (address, SSH user, GPUs, max_hosts) and the "
                                    "placement of DCs on them (given, or auto: balance emulated nodes, keep each DC "
-                                   "on one server, cut few WAN links). Servers are reached by ssh only. Running a "
-                                   "topology across servers is not built yet (README \"Several servers\").")
+                                   "on one server, cut few WAN links). Servers are reached by ssh only. Bring a "
+                                   "network up across them with `testbed net up TOPOLOGY --cluster FILE`; trials "
+                                   "across servers are not built yet (README \"Several servers\").")
     csub = p.add_subparsers(dest="cluster_cmd", required=True)
     pl = csub.add_parser("place", help="show which server holds which DC, each server's load and the WAN links "
                                       "that cross servers (nothing is contacted)")
