@@ -51,10 +51,11 @@ def _check_server(cluster: Any, server: Any, samples: int) -> dict[str, Any]:
     with Remote(server, cluster) as r:
         try:
             probe = r.run(["sh", "-c", f'id -u; {server.python} -c "import sys; print(sys.version.split()[0])"; '
-                                       f'test -f {checkout}/testbed/__init__.py && echo yes || echo no'], timeout=60)
-            uid, py, has = (probe.stdout.split() + ["", "", ""])[:3]
+                                       f'test -f {checkout}/testbed/__init__.py && echo yes || echo no; '
+                                       f'git -C {checkout} rev-parse HEAD 2>/dev/null || echo none'], timeout=60)
+            uid, py, has, commit = (probe.stdout.split() + ["", "", "", ""])[:4]
             row.update(uid=int(uid) if uid.isdigit() else None, python=py, checkout=checkout,
-                       has_checkout=has == "yes")
+                       has_checkout=has == "yes", commit=None if commit in ("none", "") else commit)
             off = measure(r, samples=samples)
             row.update(clock=off.to_dict(), ok=True)
             problems = []
@@ -62,6 +63,12 @@ def _check_server(cluster: Any, server: Any, samples: int) -> dict[str, Any]:
                 problems.append(f"logs in as uid {row['uid']}, not root (the testbed needs root there)")
             if not row["has_checkout"]:
                 problems.append(f"no testbed checkout at {checkout} (clone it there, or set checkout:)")
+            from .launch import code_state
+
+            ours = (code_state().get("git") or {}).get("commit")
+            if row["has_checkout"] and ours and row["commit"] != ours:
+                problems.append(f"its checkout is at commit {str(row['commit'])[:12]}, the launcher's at {ours[:12]} "
+                                "(check out the same commit: `net up --cluster` refuses otherwise)")
             row["problems"] = problems
         except RemoteError as e:
             row["error"] = str(e)
@@ -104,10 +111,11 @@ def cmd_part_up(args: argparse.Namespace) -> int:
     from topologies.model import from_dict as topology
 
     from ..network.emulation import EmulatedNetwork
-    from .launch import part_report
+    from .launch import check_same_code, part_report
     from .tunnel import Part
 
     req = json.loads(sys.stdin.read())
+    check_same_code(req.get("code"))
     net = EmulatedNetwork(topology(req["topology"]), impairment=req["impairment"],
                           allow_missing_netem=req["allow_missing_netem"], with_ps=req["with_ps"], seed=req["seed"],
                           log=lambda m: print(m, file=sys.stderr, flush=True), part=Part.from_dict(req["part"]))

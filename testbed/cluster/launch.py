@@ -72,6 +72,7 @@ def up(topo: Topology, cluster: Cluster, *, impairment: str = "auto", allow_miss
 
     placement = place(topo, cluster)
     each = parts(topo, cluster, placement)
+    check_checkouts(cluster, [name for name in each if name != cluster.launcher])
     report: dict[str, Any] = {"placement": placement.to_dict(), "servers": {}}
     done: list[str] = []
     t0 = time.monotonic()
@@ -118,7 +119,8 @@ def _build_remote(topo: Topology, cluster: Cluster, part: Part, impairment: str,
     server = cluster.server(name)
     log(f"{name}: building {', '.join(part.dcs)} ({len(part.tunnels)} tunnel(s)) over ssh")
     payload = json.dumps({"topology": topo.to_dict(), "part": part.to_dict(), "impairment": impairment,
-                          "allow_missing_netem": allow_missing_netem, "with_ps": with_ps, "seed": seed})
+                          "allow_missing_netem": allow_missing_netem, "with_ps": with_ps, "seed": seed,
+                          "code": code_state()})
     with Remote(server, cluster) as r:
         cp = r.run(remote_testbed(server, ["cluster", "part-up"], owned=True), input=payload, timeout=600, check=False)
     if cp.returncode == 2:  # bad input found there before anything was built (e.g. a tunnel's MTU)
@@ -131,6 +133,48 @@ def _build_remote(topo: Topology, cluster: Cluster, part: Part, impairment: str,
     with Remote(server, cluster) as r:  # records from this server line up with the launcher's through it
         rep["clock"] = measure(r).to_dict()
     return rep
+
+
+def code_state() -> dict[str, Any]:
+    """The testbed code this process runs: version, and the checkout's commit (None outside git)."""
+    from ..provenance import git_state, version
+
+    return {"version": version(), "git": git_state()}
+
+
+def check_checkouts(cluster: Cluster, names: list[str]) -> None:
+    """Before anything is built: every server's checkout exists and is at the launcher's commit (over ssh)."""
+    ours = (code_state().get("git") or {}).get("commit")
+    for name in names:
+        server, i = cluster.server(name), cluster.names.index(name)
+        checkout = server.checkout or str(REPO)
+        with Remote(server, cluster) as r:
+            cp = r.run(["sh", "-c", f"test -f {shlex.quote(checkout)}/testbed/__init__.py || exit 3; "
+                                    f"git -C {shlex.quote(checkout)} rev-parse HEAD 2>/dev/null || echo none"],
+                       timeout=60, check=False)
+        if cp.returncode == 3:
+            raise ValidationError(f"servers[{i}].checkout", f"{name} has no testbed checkout at {checkout}",
+                                  "clone the testbed there, or name where it is with checkout:")
+        theirs = cp.stdout.strip()
+        if ours and theirs not in ("none", ours):
+            raise ValidationError(f"servers[{i}].checkout", f"{name}'s checkout {checkout} is at commit "
+                                  f"{theirs[:12]}, the launcher's at {ours[:12]}: parts built by different code "
+                                  "could differ unseen", "check out the same commit on every server")
+
+
+def check_same_code(launcher: dict[str, Any] | None) -> None:
+    """Refuse to build a part with other code than the launcher's: parts built by two versions of the testbed
+    could shape, address or record differently, and nothing would show it."""
+    from traffic_control.errors import ValidationError
+
+    if launcher is None:
+        return
+    mine = code_state()
+    theirs, ours = (launcher.get("git") or {}).get("commit"), (mine.get("git") or {}).get("commit")
+    if (theirs and ours and theirs != ours) or (not (theirs and ours) and launcher.get("version") != mine["version"]):
+        raise ValidationError("checkout", f"this server runs the testbed at {ours or mine['version']}, the launcher "
+                              f"at {theirs or launcher.get('version')}",
+                              "check out the same commit on every server (servers[].checkout names where)")
 
 
 def part_report(net: Any) -> dict[str, Any]:

@@ -130,13 +130,36 @@ def test_up_across_two_servers_delays_goodput_and_down(standins, tmp_path):
     assert s2_state(standins) == {}
 
 
-def test_a_tunnel_that_does_not_fit_the_servers_mtu_is_refused_before_anything_is_built(standins, tmp_path):
+def test_a_tunnel_that_does_not_fit_the_servers_mtu_is_refused_and_nothing_stays(standins, tmp_path):
     big = dict(LINE, links=[dict(LINE["links"][0], mtu=9000), LINE["links"][1]])
     r = run_cli("net", "up", str(write(tmp_path, big, "big.yaml")), "--cluster",
                 str(write(tmp_path, standins.cluster(placement=PLACEMENT))), timeout=300)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "links[0].mtu" in r.stderr and "VXLAN" in r.stderr and "mtu: 8950" in r.stderr, r.stderr
+    # found on s2 while the launcher built its own part: that part is taken down again
+    assert "removing the parts built so far" in r.stderr, r.stderr
     assert local_namespaces() == [] and s2_state(standins) == {}
+
+
+def test_a_server_with_other_code_is_refused_before_anything_is_built(standins, tmp_path):
+    other = tmp_path / "other"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(other)], check=True)
+    subprocess.run(["git", "-C", str(other), "checkout", "-q", "HEAD~1"], check=True)
+    spec = standins.cluster(placement=PLACEMENT)
+    spec["servers"][1]["checkout"] = str(other)
+    r = run_cli("net", "up", str(write(tmp_path, LINE, "line3.yaml")), "--cluster", str(write(tmp_path, spec)),
+                timeout=300)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "servers[1].checkout" in r.stderr and "same commit" in r.stderr, r.stderr
+    assert local_namespaces() == [] and s2_state(standins) == {}
+    spec["servers"][1]["checkout"] = str(tmp_path / "nowhere")
+    r = run_cli("net", "up", str(write(tmp_path, LINE, "line3.yaml")), "--cluster", str(write(tmp_path, spec)),
+                timeout=300)
+    assert r.returncode == 2 and "no testbed checkout" in r.stderr, r.stderr
+    # `cluster check` says the same as a problem (exit 1)
+    spec["servers"][1]["checkout"] = str(other)
+    c = run_cli("cluster", "check", str(write(tmp_path, spec)), timeout=120)
+    assert c.returncode == 1 and "same commit" in c.stdout, c.stdout
 
 
 def test_a_server_that_cannot_be_reached_fails_the_build_and_leaves_nothing(standins, tmp_path):
@@ -146,7 +169,8 @@ def test_a_server_that_cannot_be_reached_fails_the_build_and_leaves_nothing(stan
                 timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "server gone" in r.stderr and "10.231.0.99" in r.stderr, r.stderr
-    assert "removing the parts built so far" in r.stderr
+    # found by the checkout check over ssh, before any server built anything
+    assert "building" not in r.stderr, r.stderr
     assert local_namespaces() == [] and s2_state(standins) == {}
 
 
