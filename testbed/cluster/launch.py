@@ -72,7 +72,7 @@ def up(topo: Topology, cluster: Cluster, *, impairment: str = "auto", allow_miss
 
     placement = place(topo, cluster)
     each = parts(topo, cluster, placement)
-    check_checkouts(cluster, [name for name in each if name != cluster.launcher])
+    check_checkouts(cluster, [name for name in each if name != cluster.launcher], log)
     report: dict[str, Any] = {"placement": placement.to_dict(), "servers": {}}
     done: list[str] = []
     t0 = time.monotonic()
@@ -142,7 +142,7 @@ def code_state() -> dict[str, Any]:
     return {"version": version(), "git": git_state()}
 
 
-def check_checkouts(cluster: Cluster, names: list[str]) -> None:
+def check_checkouts(cluster: Cluster, names: list[str], log: Callable[[str], None] = _say) -> None:
     """Before anything is built: every server's checkout exists and is at the launcher's commit (over ssh)."""
     ours = (code_state().get("git") or {}).get("commit")
     for name in names:
@@ -156,6 +156,9 @@ def check_checkouts(cluster: Cluster, names: list[str]) -> None:
             raise ValidationError(f"servers[{i}].checkout", f"{name} has no testbed checkout at {checkout}",
                                   "clone the testbed there, or name where it is with checkout:")
         theirs = cp.stdout.strip()
+        if ours and theirs == "none":
+            log(f"WARNING: {name}: the commit of {checkout} cannot be read (not a git checkout, or git refuses "
+                "it, e.g. safe.directory); only the testbed's version is compared there")
         if ours and theirs not in ("none", ours):
             raise ValidationError(f"servers[{i}].checkout", f"{name}'s checkout {checkout} is at commit "
                                   f"{theirs[:12]}, the launcher's at {ours[:12]}: parts built by different code "
