@@ -44,18 +44,18 @@ def cmd_place(args: argparse.Namespace) -> int:
 
 def _check_server(cluster: Any, server: Any, samples: int) -> dict[str, Any]:
     from .clock import measure
+    from .launch import checkout_of, code_state
     from .remote import Remote, RemoteError
 
     row: dict[str, Any] = {"server": server.name, "address": server.address, "ok": False}
-    checkout = server.checkout or str(REPO)
     with Remote(server, cluster) as r:
         try:
-            probe = r.run(["sh", "-c", f'id -u; {server.python} -c "import sys; print(sys.version.split()[0])"; '
-                                       f'test -f {checkout}/testbed/__init__.py && echo yes || echo no; '
-                                       f'git -C {checkout} rev-parse HEAD 2>/dev/null || echo none'], timeout=60)
-            uid, py, has, commit = (probe.stdout.split() + ["", "", "", ""])[:4]
+            probe = r.run(["sh", "-c", f'id -u; {server.python} -c "import sys; print(sys.version.split()[0])"'],
+                          timeout=60)
+            uid, py = (probe.stdout.split() + ["", ""])[:2]
+            checkout, exists, commit = checkout_of(r)
             row.update(uid=int(uid) if uid.isdigit() else None, python=py, checkout=checkout,
-                       has_checkout=has == "yes", commit=None if commit in ("none", "") else commit)
+                       has_checkout=exists, commit=commit)
             off = measure(r, samples=samples)
             row.update(clock=off.to_dict(), ok=True)
             problems = []
@@ -63,8 +63,6 @@ def _check_server(cluster: Any, server: Any, samples: int) -> dict[str, Any]:
                 problems.append(f"logs in as uid {row['uid']}, not root (the testbed needs root there)")
             if not row["has_checkout"]:
                 problems.append(f"no testbed checkout at {checkout} (clone it there, or set checkout:)")
-            from .launch import code_state
-
             ours = (code_state().get("git") or {}).get("commit")
             if row["has_checkout"] and ours and row["commit"] != ours:
                 problems.append(f"its checkout is at commit {str(row['commit'])[:12]}, the launcher's at {ours[:12]} "

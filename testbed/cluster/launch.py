@@ -142,24 +142,30 @@ def code_state() -> dict[str, Any]:
     return {"version": version(), "git": git_state()}
 
 
+def checkout_of(remote: Remote) -> tuple[str, bool, str | None]:
+    """(path, exists, commit or None) of the testbed's checkout on the server, read over ssh."""
+    checkout = remote.server.checkout or str(REPO)
+    cp = remote.run(["sh", "-c", f"test -f {shlex.quote(checkout)}/testbed/__init__.py || exit 3; "
+                                 f"git -C {shlex.quote(checkout)} rev-parse HEAD 2>/dev/null || echo none"],
+                    timeout=60, check=False)
+    commit = cp.stdout.strip()
+    return checkout, cp.returncode != 3, None if cp.returncode == 3 or commit in ("none", "") else commit
+
+
 def check_checkouts(cluster: Cluster, names: list[str], log: Callable[[str], None] = _say) -> None:
     """Before anything is built: every server's checkout exists and is at the launcher's commit (over ssh)."""
     ours = (code_state().get("git") or {}).get("commit")
     for name in names:
         server, i = cluster.server(name), cluster.names.index(name)
-        checkout = server.checkout or str(REPO)
         with Remote(server, cluster) as r:
-            cp = r.run(["sh", "-c", f"test -f {shlex.quote(checkout)}/testbed/__init__.py || exit 3; "
-                                    f"git -C {shlex.quote(checkout)} rev-parse HEAD 2>/dev/null || echo none"],
-                       timeout=60, check=False)
-        if cp.returncode == 3:
+            checkout, exists, theirs = checkout_of(r)
+        if not exists:
             raise ValidationError(f"servers[{i}].checkout", f"{name} has no testbed checkout at {checkout}",
                                   "clone the testbed there, or name where it is with checkout:")
-        theirs = cp.stdout.strip()
-        if ours and theirs == "none":
+        if ours and theirs is None:
             log(f"WARNING: {name}: the commit of {checkout} cannot be read (not a git checkout, or git refuses "
                 "it, e.g. safe.directory); only the testbed's version is compared there")
-        if ours and theirs not in ("none", ours):
+        if ours and theirs is not None and theirs != ours:
             raise ValidationError(f"servers[{i}].checkout", f"{name}'s checkout {checkout} is at commit "
                                   f"{theirs[:12]}, the launcher's at {ours[:12]}: parts built by different code "
                                   "could differ unseen", "check out the same commit on every server")
