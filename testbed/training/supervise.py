@@ -158,7 +158,7 @@ class Supervisor:
             self.on_event(f"failed: {reason}; stopping the others")
             self._stop_all()
         return SupervisionResult(failure is None, reason, failure, self._now(),
-                                 [self._results[s.name] for s in self.specs])
+                                 [self._results[s.name] for s in self.specs if s.name in self._results])
 
     def _stalled(self, primaries: set[str], done: set[str]) -> tuple[str, str] | None:
         """(culprit, reason) when a running primary process made no progress for ``stall_s``."""

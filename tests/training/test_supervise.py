@@ -60,6 +60,11 @@ def test_start_failure_and_timeout():
 
     res = Supervisor([ProcSpec("good"), ProcSpec("bad")], start, grace_s=1).run()
     assert not res.ok and res.first_failure == "bad" and res.procs[0].stopped
+    # a start failure before the others started: its reason, the unstarted ones absent (once a KeyError
+    # that hid the reason: a trial across servers read "KeyError: 'c-h1.worker.2'")
+    res = Supervisor([ProcSpec("good"), ProcSpec("bad"), ProcSpec("never")], start, grace_s=1).run()
+    assert not res.ok and "bad could not be started: no such host" in res.reason
+    assert [p.name for p in res.procs] == ["good", "bad"]
     res = Supervisor([ProcSpec("good")], start, timeout_s=0.5, grace_s=1).run()
     assert not res.ok and "timeout" in res.reason
 
