@@ -123,13 +123,22 @@ def cmd_part_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_part_check(args: argparse.Namespace) -> int:
+    """Run by ``net verify --cluster`` over ssh: this server's read-back checks of its part, JSON on stdout."""
+    from .verify import part_check_json
+
+    print(part_check_json())
+    return 0
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("cluster", help="spread a topology over several servers: placement, SSH reachability, clocks",
                        description="A cluster file names the servers (address, SSH user, GPUs, max_hosts) and the "
                                    "placement of DCs on them (given, or auto: balance emulated nodes, keep each DC "
                                    "on one server, cut few WAN links). Servers are reached by ssh only. Bring a "
-                                   "network up across them with `testbed net up TOPOLOGY --cluster FILE`; trials "
-                                   "across servers are not built yet (README \"Several servers\").")
+                                   "network up across them with `testbed net up TOPOLOGY --cluster FILE`, measure "
+                                   "it with `testbed net verify TOPOLOGY --cluster FILE`, run trials with "
+                                   "`testbed run SPEC --cluster FILE` (README \"Several servers\").")
     csub = p.add_subparsers(dest="cluster_cmd", required=True)
     pl = csub.add_parser("place", help="show which server holds which DC, each server's load and the WAN links "
                                       "that cross servers (nothing is contacted)")
@@ -147,3 +156,6 @@ def register(sub: Any) -> None:
     pu = csub.add_parser("part-up", help="(run by `net up --cluster` over ssh) build this server's part of a "
                                          "network from JSON on stdin")
     pu.set_defaults(func=cmd_part_up)
+    pc = csub.add_parser("part-check", help="(run by `net verify --cluster` over ssh) read this server's part back: "
+                                            "daemons alive, wire-sized packets, queue limits; JSON")
+    pc.set_defaults(func=cmd_part_check)

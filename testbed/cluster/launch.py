@@ -31,6 +31,9 @@ from .remote import Remote, RemoteError
 from .tunnel import BASE_VNI, Part, TunnelEnd, ipv4_of, link_key
 
 REPO = Path(__file__).resolve().parents[2]
+#: Where a remote server keeps a trial's records until the launcher fetches them (``<server>/<trial>`` below;
+#: testbed.cluster.trialnet); ``down`` removes the server's directory, so a crashed trial's go too.
+SCRATCH = "/var/tmp/geo-testbed-trials"
 
 
 def parts(topo: Topology, cluster: Cluster, placement: Placement) -> dict[str, Part]:
@@ -59,6 +62,11 @@ def remote_testbed(server: Server, args: list[str], owned: bool = False) -> str:
     mark = f"env {naming.OWNER_ENV}={naming.PREFIX} " if owned else ""
     return (f"cd {shlex.quote(checkout)} && exec {sudo}{mark}{shlex.quote(server.python)} -m testbed.cli "
             + shlex.join(args))
+
+
+def as_root(server: Server, argv: list[str]) -> str:
+    """The shell command that runs ``argv`` as root on the server (``sudo -n`` unless it logs in as root)."""
+    return ("" if server.user == "root" else "sudo -n ") + shlex.join(argv)
 
 
 def _say(msg: str) -> None:
@@ -124,10 +132,10 @@ def _build_remote(topo: Topology, cluster: Cluster, part: Part, impairment: str,
     with Remote(server, cluster) as r:
         cp = r.run(remote_testbed(server, ["cluster", "part-up"], owned=True), input=payload, timeout=600, check=False)
     if cp.returncode == 2:  # bad input found there before anything was built (e.g. a tunnel's MTU)
-        raise ValidationError(f"servers[{cluster.names.index(name)}]", f"{name}: {_tail(cp.stderr, 1)}",
+        raise ValidationError(f"servers[{cluster.names.index(name)}]", f"{name}: {tail_of(cp.stderr, 1)}",
                               "see the message (checked on that server)")
     if cp.returncode != 0:
-        raise RemoteError(server, f"building its part failed (exit {cp.returncode}): " + _tail(cp.stderr),
+        raise RemoteError(server, f"building its part failed (exit {cp.returncode}): " + tail_of(cp.stderr),
                           "see the message; `testbed net down --cluster FILE` clears every server")
     rep = json.loads(cp.stdout.strip().splitlines()[-1])
     with Remote(server, cluster) as r:  # records from this server line up with the launcher's through it
@@ -206,6 +214,7 @@ def down(cluster: Cluster, *, only: list[str] | None = None,
         try:
             with Remote(s, cluster) as r:
                 cp = r.run(remote_testbed(s, ["net", "down"]), timeout=120, check=False)
+                r.run(as_root(s, ["rm", "-rf", f"{SCRATCH}/{s.name}"]), timeout=120, check=False)
             out[s.name] = {"ok": cp.returncode == 0, "said": cp.stderr.strip().splitlines()[-1:]}
         except RemoteError as e:
             out[s.name] = {"ok": False, "error": str(e)}
@@ -216,6 +225,6 @@ def down(cluster: Cluster, *, only: list[str] | None = None,
     return out
 
 
-def _tail(text: str, lines: int = 3) -> str:
+def tail_of(text: str, lines: int = 3) -> str:
     kept = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
     return " | ".join(kept[-lines:]) or "no message"

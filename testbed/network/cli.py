@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -425,13 +426,51 @@ def cmd_exec(args: argparse.Namespace) -> int:
     argv = exec_argv(args.node, cmd)
     sys.stdout.flush()
     sys.stderr.flush()
+    if args.until_eof:
+        return _run_until_eof(argv, owned_env(args.node))
     os.execvpe(argv[0], argv, owned_env(args.node))
     return 127  # not reached
 
 
-def cmd_verify(args: argparse.Namespace) -> int:
-    from .verify import format_table, verify
+#: After stdin closed: how long the command has to end on SIGTERM before its process group is killed.
+EOF_GRACE_S = 3.0
 
+
+def _run_until_eof(argv: list[str], env: dict[str, str]) -> int:
+    """``net exec --until-eof``: run ``argv`` (its stdin /dev/null, its own process group) and end it when this
+    process's stdin closes.  Over ssh, stdin is the session's channel: it closes when the launcher ends the
+    command, when the launcher's ssh dies (a crash, SIGKILL) and when the connection drops, and in each case
+    the command goes with it, where a command exec'd in place would run on, orphaned, on the server.
+    The exit status is the command's (128 + N for signal N, as a shell reports it)."""
+    import threading
+
+    child = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def watch_stdin() -> None:
+        try:
+            while os.read(0, 65536):
+                pass
+        except OSError:
+            pass
+        if child.poll() is None:
+            try:
+                os.killpg(child.pid, signal.SIGTERM)
+                child.wait(timeout=EOF_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    code = child.wait()
+    return 128 - code if code < 0 else code
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .verify import verify
+
+    if args.cluster:
+        return _verify_cluster(args)
     net = _build(args)
     with net:
         _say(f"network up in {net.timings['up_s']:.2f} s; measuring ...")
@@ -446,15 +485,57 @@ def cmd_verify(args: argparse.Namespace) -> int:
         else:
             checks = verify(net, seconds=args.seconds, pings=args.pings, log=_say, delays=args.delays)
         impairment = net.impairment.to_dict() if net.impairment else None
+    return _verify_result(args, net.topo.name, impairment, checks)
+
+
+def _verify_result(args: argparse.Namespace, name: str, impairment: Any, checks: list[Any],
+                   more: dict[str, Any] | None = None) -> int:
+    """Print the checks (table or ``--json``); exit 1 when any failed."""
+    from .verify import format_table
+
     failed = [c for c in checks if c.status == "fail"]
     if args.json:
-        print(json.dumps({"topology": net.topo.name, "impairment": impairment,
+        print(json.dumps({"topology": name, "impairment": impairment, **(more or {}),
                           "checks": [c.to_dict() for c in checks], "ok": not failed}, indent=2))
     else:
         print(format_table(checks))
         print(f"impairment: {impairment}")
         print("PASS" if not failed else f"FAIL: {len(failed)} measurement(s) out of tolerance")
     return 1 if failed else 0
+
+
+def _verify_cluster(args: argparse.Namespace) -> int:
+    """``net verify SPEC --cluster FILE``: up on every server, measure across them, down on every server."""
+    from testbed.cluster import launch
+    from testbed.cluster.model import load as load_cluster
+    from testbed.cluster.placement import place
+    from testbed.cluster.verify import verify as verify_cluster
+    from testbed.cluster.view import ClusterNetwork
+
+    for flag, why in (("quick", "the self-test runs in trials, which do not span servers yet"),
+                      ("delays", "one-way delay compares stamps of two clocks: across servers that needs the "
+                                 "offset correction, not built into verify yet")):
+        if getattr(args, flag):
+            raise ValidationError(f"--{flag}", f"not available with --cluster yet: {why}",
+                                  f"verify without --{flag} (or run it on one machine)")
+    cluster = load_cluster(args.cluster)
+    topo = load(args.spec, scale=args.scale)
+    if cluster.mode != "emulate":
+        raise ValidationError("mode", f"mode {cluster.mode!r}: `net verify --cluster` measures emulate mode only "
+                              "(shape mode is not built yet)", "write mode: emulate in the cluster file")
+    placement = place(topo, cluster)
+    rep = launch.up(topo, cluster, impairment=args.impairment, allow_missing_netem=args.allow_missing_netem,
+                    with_ps=not args.no_ps, seed=args.seed)
+    try:
+        _say(f"network up on {len(rep['servers'])} server(s) in {rep['up_s']:.2f} s; measuring ...")
+        with ClusterNetwork.from_report(topo, cluster, placement, rep, with_ps=not args.no_ps) as view:
+            checks = verify_cluster(view, seconds=args.seconds, pings=args.pings, log=_say)
+            impairment = view.impairment.to_dict()
+    finally:
+        _say("taking every server's part down ...")
+        launch.down(cluster)
+    return _verify_result(args, topo.name, impairment, checks,
+                          {"placement": rep["placement"], "servers": rep["servers"]})
 
 
 def cmd_cross(args: argparse.Namespace) -> int:
@@ -618,6 +699,10 @@ def register(sub: Any) -> None:
                                      "(the DC's cpu: share), marked as a testbed process. stdin, stdout and "
                                      "stderr pass through; the exit status is the command's.")
     ex.add_argument("node", help="node name (`testbed net show` lists them), e.g. east-h1, east-r")
+    ex.add_argument("--until-eof", action="store_true",
+                    help="end COMMAND (SIGTERM, then SIGKILL after 3 s) when this process's stdin closes; its "
+                         "own stdin is /dev/null. How the launcher runs commands on other servers over ssh: "
+                         "they end with the launcher's connection, also when the launcher is killed")
     ex.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     ex.set_defaults(func=cmd_exec)
     ver = nsub.add_parser("verify", help="bring the network up, measure RTT and goodput over every link direction "
@@ -625,6 +710,10 @@ def register(sub: Any) -> None:
                                          "tolerance), tear down")
     add_network_options(ver)
     ver.add_argument("--json", action="store_true", help="machine-readable result")
+    ver.add_argument("--cluster", metavar="FILE",
+                     help="bring the network up across the servers of this cluster file (as `net up --cluster`), "
+                          "measure every link and DC pair across them (a tunnelled link against the same bars), "
+                          "read each server's part back, take every part down (README \"Several servers\")")
     ver.add_argument("--seconds", type=float, default=3.0, help="iperf3 duration per direction (default 3)")
     ver.add_argument("--pings", type=int, default=20, help="pings per RTT measurement (default 20)")
     ver.add_argument("--delays", action="store_true",

@@ -627,11 +627,8 @@ class EmulatedNetwork:
 
     def wan_interfaces(self) -> list[dict[str, str]]:
         """Every shaped WAN egress: node, namespace, interface, and the DC link direction it carries."""
-        out = []
-        for w in self.plan.wans:
-            out.append({"node": w.a_router, "netns": self.netns(w.a_router), "ifname": w.a_if, "link": f"{w.a}->{w.b}"})
-            out.append({"node": w.b_router, "netns": self.netns(w.b_router), "ifname": w.b_if, "link": f"{w.b}->{w.a}"})
-        return out
+        return [{"node": node, "netns": self.netns(node), "ifname": ifn, "link": f"{src}->{dst}"}
+                for src, dst, node, ifn, _ in self.wan_directions()]
 
     def change_link(self, a: str, b: str, shape: LinkShape) -> None:
         """Change the a->b direction of a live WAN link in place (``tc change``; any backend).
@@ -813,15 +810,24 @@ class EmulatedNetwork:
         """Every WAN direction as the kernel reports it now: tc state, interface state, daemon."""
         daemons = {(imp.point.node, imp.ifname): h for imp, h in zip(self.userspace, self.impairment_health())}
         out: dict[str, Any] = {}
+        for src, dst, node, ifn, shape in self.wan_directions():
+            ns = self.netns(node)
+            entry: dict[str, Any] = {"node": node, "ifname": ifn, "spec": shape.to_dict(),
+                                     "tc": tcnl.show(ifn, netns=ns), "link": tcnl.link_state(ifn, netns=ns)}
+            if (node, ifn) in daemons:
+                entry["userspace"] = daemons[(node, ifn)]
+            out[f"{src}->{dst}"] = entry
+        return out
+
+    def wan_directions(self) -> list[tuple[str, str, str, str, LinkShape]]:
+        """(src DC, dst DC, router, interface, shape) of every WAN direction this machine shapes: both of each
+        link, and on a server's part (testbed.cluster) the one leaving its own DC of each tunnelled link."""
+        out = []
         for w in self.plan.wans:
-            for src, dst, node, ifn, shape in ((w.a, w.b, w.a_router, w.a_if, w.forward),
-                                               (w.b, w.a, w.b_router, w.b_if, w.reverse)):
-                ns = self.netns(node)
-                entry: dict[str, Any] = {"node": node, "ifname": ifn, "spec": shape.to_dict(),
-                                         "tc": tcnl.show(ifn, netns=ns), "link": tcnl.link_state(ifn, netns=ns)}
-                if (node, ifn) in daemons:
-                    entry["userspace"] = daemons[(node, ifn)]
-                out[f"{src}->{dst}"] = entry
+            out += [(w.a, w.b, w.a_router, w.a_if, w.forward), (w.b, w.a, w.b_router, w.b_if, w.reverse)]
+        for w in self.plan.tunnels:
+            out.append((w.a, w.b, w.a_router, w.a_if, w.forward) if w.a_router in self.plan.nodes
+                       else (w.b, w.a, w.b_router, w.b_if, w.reverse))
         return out
 
     def read_back(self) -> dict[str, Any]:

@@ -67,6 +67,10 @@ def ping(net: Any, src: str, dst_ip: str, count: int = 20, interval: float = 0.0
     return parse_ping(out)
 
 
+#: How long iperf3's client keeps trying a server that refuses the connection (not listening yet).
+SERVER_START_S = 15.0
+
+
 def iperf3(net: Any, client: str, server: str, server_ip: str, seconds: float = 3.0, port: int = 5201,
            udp_rate: str | None = None, omit: float = 1.0) -> dict[str, Any]:
     """TCP (or UDP) goodput client -> server in bit/s, from iperf3's own JSON report."""
@@ -77,8 +81,15 @@ def iperf3(net: Any, client: str, server: str, server_ip: str, seconds: float = 
         argv = ["iperf3", "-c", server_ip, "-p", str(port), "-t", str(seconds), "-O", str(omit), "-J"]
         if udp_rate:
             argv += ["-u", "-b", udp_rate]
-        cli = net.popen(client, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        out, err = cli.communicate(timeout=seconds + omit + 30)
+        # a server on another server (testbed.cluster.view) starts over ssh: up to a second or two, so a
+        # refused connection is tried again while the server process lives (a refusal costs no traffic)
+        deadline = time.monotonic() + SERVER_START_S
+        while True:
+            cli = net.popen(client, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            out, err = cli.communicate(timeout=seconds + omit + 30)
+            if "Connection refused" not in out or srv.poll() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
     finally:
         srv.kill()
         srv.wait()

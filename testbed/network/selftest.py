@@ -111,7 +111,7 @@ def quick_check(net: Any, log: Any = None) -> SelfTest:
         # read back, instant: wire-sized packets everywhere, every queue limit the one the plan derived
         out.checks.append(packets_check(net))
         out.checks += queue_checks(net)
-        out.checks += _rtts(net, delay_applied(net))
+        out.checks += link_rtts(net, delay_applied(net))
         # The two directions of a link at once where their trains are light enough (full duplex:
         # separate egress queues, senders and receivers), else one after the other: a train costs
         # CPU per frame in its sender, its receiver and, under the userspace backend, the link's
@@ -141,7 +141,7 @@ def quick_check(net: Any, log: Any = None) -> SelfTest:
     return out
 
 
-def _rtts(net: Any, applied: bool) -> list[Check]:
+def link_rtts(net: Any, applied: bool) -> list[Check]:
     wans = list(net.plan.wans)
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(wans)))) as pool:
         results = list(pool.map(lambda w: min_rtt(net, w.a_router, w.b_ip, w.forward.delay_s + w.reverse.delay_s,

@@ -54,8 +54,6 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pyroute2 import NetNS
-
 from traffic_control.shape import DEFAULT_MTU, tcp_payload_fraction
 
 from . import naming
@@ -158,22 +156,48 @@ def verify(net: EmulatedNetwork, seconds: float = 3.0, pings: int = 20,
     ``delays``: also the one-way delay, loss and order rows of :mod:`.delay_check` per impaired
     direction (opt-in while the userspace backend's release noise sets their floor, see there).
     """
+    delays = delays and delay_applied(net)
+    say = progress(net, log, delays)
+    return local_checks(net) + path_checks(net, Endpoints(net), say, seconds, pings, delays)
+
+
+def progress(net: Any, log: Callable[[str], None] | None, delays: bool = False) -> Callable[[str], None]:
+    """A logger that numbers :func:`path_checks`' measurements as ``[k/N] ... (ETA)``: a verify of a large
+    topology takes minutes."""
     plain = log or (lambda m: None)
     n_dcs = len(net.topo.dc_names)
-    delays = delays and delay_applied(net)
     total = sum(1 + sum(1 for sh in (w.forward, w.reverse) if sh.rate_bps)
                 + (sum(1 for sh in (w.forward, w.reverse) if sh.needs_netem) if delays else 0)
                 for w in net.plan.wans) + n_dcs * (n_dcs - 1) // 2
     done = {"k": 0, "t0": time.monotonic()}
 
     def say(msg: str) -> None:
-        """Each measurement as ``[k/N] ... (ETA)``: a verify of a large topology takes minutes."""
         done["k"] += 1
         k, elapsed = done["k"], time.monotonic() - done["t0"]
         eta = f", ~{elapsed / (k - 1) * (total - k + 1):.0f} s left" if k > 1 else ""
         plain(f"[{k}/{total}] {msg}{eta}")
 
+    return say
+
+
+def path_checks(net: Any, eps: Endpoints, say: Callable[[str], None], seconds: float = 3.0, pings: int = 20,
+                delays: bool = False) -> list[Check]:
+    """The measurements that send traffic: per WAN link RTT, MTU, goodput each way (and with ``delays`` the
+    one-way rows), then RTT per DC pair.  ``net`` needs ``topo``, ``plan``, ``impairment`` and
+    ``popen(node, argv)`` only, so the same code measures a network spread over servers
+    (testbed.cluster.view), where a node's command runs on its own server."""
     applied = delay_applied(net)
+    checks: list[Check] = []
+    with eps:
+        for w in net.plan.wans:
+            checks += _verify_link(net, eps, w, seconds, pings, applied, say, delays)
+    checks += _verify_pairs(net, pings, applied, say)
+    return checks
+
+
+def local_checks(net: EmulatedNetwork) -> list[Check]:
+    """What is read back from this machine's kernel and daemons: userspace daemons alive, wire-sized packets,
+    queue limits (on a server's part of a network spread over servers: its own interfaces only)."""
     checks: list[Check] = []
     for h in net.impairment_health():
         checks.append(Check("impairment", f"{h['node']}:{h['ifname']} ({h['realises']})", None, None, "",
@@ -181,10 +205,6 @@ def verify(net: EmulatedNetwork, seconds: float = 3.0, pings: int = 20,
                             "pass" if h["alive"] else "fail", {"state": h["state"], "reason": h["reason"]}))
     checks.append(packets_check(net))
     checks += queue_checks(net)
-    with Endpoints(net) as eps:
-        for w in net.plan.wans:
-            checks += _verify_link(net, eps, w, seconds, pings, applied, say, delays)
-    checks += _verify_pairs(net, pings, applied, say)
     return checks
 
 
@@ -213,6 +233,13 @@ def _verify_link(net: EmulatedNetwork, eps: Endpoints, w: WanPlan, seconds: floa
             continue
         lossy = (shape.expected_loss_pct > 0 or shape.corrupt_pct > 0
                  or (applied and shape.jitter_s > 0 and shape.reorder))
+        try:
+            eps.of(src), eps.of(dst)
+        except ProbeUnavailable as e:
+            say(f"iperf3 {src}->{dst}: not measured: {e}")
+            checks.append(Check("link_goodput", f"{src}->{dst}", None, None, "bit/s", "not measured", "skipped",
+                                {"reason": str(e), "rate_bps": shape.rate_bps}))
+            continue
         with eps.over(w, src, dst) as (s_ep, d_ep, pinned):
             bottleneck, rate = path_rate(net, src, dst, shape.rate_bps, s_ep, d_ep)
             # the flow's MSS follows the smallest MTU on its way: the link's, the end DCs' LANs, a probe's (1500)
@@ -306,16 +333,15 @@ def queue_checks(net: EmulatedNetwork) -> list[Check]:
     (one bandwidth x the longest round trip of the flows crossing it, plus its own delay, x headroom)."""
     out = []
     report = net.link_report()
-    for w in net.plan.wans:
-        for src, dst, shape in ((w.a, w.b, w.forward), (w.b, w.a, w.reverse)):
-            if not shape.rate_bps:
-                continue
-            limit = report[f"{src}->{dst}"]["tc"]["shape"].get("limit")
-            wire = shape.netem_limit * (shape.mtu + 14) * 8 / shape.rate_bps
-            out.append(Check("queue_limit", f"{src}->{dst}", shape.netem_limit, limit, "packets",
-                             "the kernel's leaf limit equals the derived one", "pass" if limit == shape.netem_limit
-                             else "fail", {"queue_rtt_s": shape.queue_rtt_s, "explicit": shape.limit is not None,
-                                           "seconds_at_rate": wire, "gso": net.topo.gso}))
+    for src, dst, _, _, shape in net.wan_directions():
+        if not shape.rate_bps:
+            continue
+        limit = report[f"{src}->{dst}"]["tc"]["shape"].get("limit")
+        wire = shape.netem_limit * (shape.mtu + 14) * 8 / shape.rate_bps
+        out.append(Check("queue_limit", f"{src}->{dst}", shape.netem_limit, limit, "packets",
+                         "the kernel's leaf limit equals the derived one", "pass" if limit == shape.netem_limit
+                         else "fail", {"queue_rtt_s": shape.queue_rtt_s, "explicit": shape.limit is not None,
+                                       "seconds_at_rate": wire, "gso": net.topo.gso}))
     return out
 
 
@@ -352,11 +378,21 @@ def path_rate(net: EmulatedNetwork, src: str, dst: str, wan_bps: float, s_ep: En
     return min(known, key=lambda x: x[1])
 
 
-class Endpoints:
-    """Measurement endpoints per DC: a host of the DC, or a temporary probe made once and removed at the end."""
+class ProbeUnavailable(RuntimeError):
+    """A DC without hosts whose temporary probe endpoint cannot be made from here (its DC on another server)."""
 
-    def __init__(self, net: EmulatedNetwork) -> None:
+
+class Endpoints:
+    """Measurement endpoints per DC: a host of the DC, or a temporary probe made once and removed at the end.
+
+    ``add``/``remove`` make and remove a probe (default: on this machine, :func:`add_probe`); ``add`` raises
+    :class:`ProbeUnavailable` where it cannot, and the measurements needing that probe are reported skipped."""
+
+    def __init__(self, net: Any, add: Callable[[Any, str], str] | None = None,
+                 remove: Callable[[str], None] | None = None) -> None:
         self.net = net
+        self._add = add or add_probe
+        self._remove = remove or remove_probe
         self._made: dict[str, Endpoint] = {}
 
     def __enter__(self) -> Endpoints:
@@ -365,7 +401,7 @@ class Endpoints:
     def __exit__(self, *exc: object) -> None:
         for ep in self._made.values():
             if ep.probe:
-                remove_probe(ep.node)
+                self._remove(ep.node)
         self._made = {}
 
     def of(self, dc: str) -> Endpoint:
@@ -380,7 +416,7 @@ class Endpoints:
             ifc = n.ifaces[0]
             return Endpoint(n.name, n.ip, ifc.egress.rate_bps if ifc.egress else None,
                             ifc.port_egress.rate_bps if ifc.port_egress else None)
-        name = add_probe(self.net, dc)
+        name = self._add(self.net, dc)
         return Endpoint(name, probe_ip(self.net, dc), None, None, probe=True)
 
     @contextmanager
@@ -398,17 +434,21 @@ class Endpoints:
             yield s_ep, d_ep, bool(pins)
         finally:
             for router, ip in pins:
-                with NetNS(net.netns(router)) as ns:
-                    try:
-                        ns.route("del", dst=f"{ip}/32")
-                    except Exception:
-                        pass
+                _route(net, router, ["del", f"{ip}/32"], check=False)
 
 
-def _pin(net: EmulatedNetwork, router: str, ip: str, via: str) -> tuple[str, str]:
-    with NetNS(net.netns(router)) as ns:
-        ns.route("replace", dst=f"{ip}/32", gateway=via)
+def _pin(net: Any, router: str, ip: str, via: str) -> tuple[str, str]:
+    _route(net, router, ["replace", f"{ip}/32", "via", via])
     return router, ip
+
+
+def _route(net: Any, router: str, args: list[str], check: bool = True) -> None:
+    """``ip route ARGS`` in the router's namespace, through ``net.popen`` (so on the router's own server when the
+    network spans several)."""
+    p = net.popen(router, ["ip", "route", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _, err = p.communicate(timeout=30)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"ip route {' '.join(args)} on {router} failed: {err.strip()}")
 
 
 def probe_ip(net: EmulatedNetwork, dc: str) -> str:

@@ -15,7 +15,10 @@ also when a test fails; ``testbed clean`` never touches them.
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -23,6 +26,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import yaml
+
+from tests.conftest import REPO
 
 NET = "tbsrv-net"  # the namespace holding the servers' bridge (out of the root namespace's firewall)
 SUBNET = "10.231.0"
@@ -190,3 +197,39 @@ class StandInServers:
                         pass
                 sh("ip", "netns", "del", name, check=False)
         sh("ip", "link", "del", LAUNCHER_IF, check=False)
+
+
+# ---------------------------------------------------------------- what tests ask of a stand-in (over ssh)
+def write(d, spec, name="cluster.yaml"):
+    f = d / name
+    f.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return f
+
+
+def on_s2(standins, cmd: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """A shell command on the stand-in, over ssh (as the testbed reaches it)."""
+    return subprocess.run(["ssh", *standins.ssh_options(), f"root@{standins.servers[0].address}", cmd],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def s2_testbed(standins, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return on_s2(standins, f"cd {shlex.quote(str(REPO))} && {shlex.quote(sys.executable)} -m testbed.cli "
+                 + shlex.join(args), timeout)
+
+
+def min_rtt_ms(text: str) -> float:
+    m = re.search(r"= ([\d.]+)/", text)
+    assert m, text
+    return float(m.group(1))
+
+
+def s2_state(standins) -> dict[str, list[str]]:
+    r = on_s2(standins, f"cd {shlex.quote(str(REPO))} && {shlex.quote(sys.executable)} -c "
+                        "'import json; from testbed.network.cleanup import leftovers; print(json.dumps(leftovers()))'")
+    assert r.returncode == 0, r.stderr
+    return {k: v for k, v in json.loads(r.stdout).items() if v}
+
+
+def local_namespaces() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return sorted(ln.split()[0] for ln in out.splitlines() if ln.startswith("tb-"))

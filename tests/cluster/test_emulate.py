@@ -8,16 +8,22 @@ there through ssh (``testbed net exec`` in its checkout), never by entering its 
 from __future__ import annotations
 
 import json
-import re
-import shlex
 import statistics
 import subprocess
 import sys
 
 import pytest
-import yaml
 
-from tests.cluster.standins import StandInServers, require
+from tests.cluster.standins import (
+    StandInServers,
+    local_namespaces,
+    min_rtt_ms,
+    on_s2,
+    require,
+    s2_state,
+    s2_testbed,
+    write,
+)
 from tests.conftest import REPO, run_cli
 from traffic_control.shape import tcp_payload_fraction
 
@@ -39,41 +45,6 @@ def standins(tmp_path_factory):
     yield s
     run_cli("net", "down", "--cluster", str(write(s.workdir, s.cluster())), timeout=120)
     s.stop()
-
-
-def write(d, spec, name="cluster.yaml"):
-    f = d / name
-    f.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return f
-
-
-def on_s2(standins, cmd: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """A shell command on the stand-in, over ssh (as the testbed reaches it)."""
-    return subprocess.run(["ssh", *standins.ssh_options(), f"root@{standins.servers[0].address}", cmd],
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def s2_testbed(standins, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return on_s2(standins, f"cd {shlex.quote(str(REPO))} && {shlex.quote(sys.executable)} -m testbed.cli "
-                 + shlex.join(args), timeout)
-
-
-def min_rtt_ms(text: str) -> float:
-    m = re.search(r"= ([\d.]+)/", text)
-    assert m, text
-    return float(m.group(1))
-
-
-def s2_state(standins) -> dict[str, list[str]]:
-    r = on_s2(standins, f"cd {shlex.quote(str(REPO))} && {shlex.quote(sys.executable)} -c "
-                        "'import json; from testbed.network.cleanup import leftovers; print(json.dumps(leftovers()))'")
-    assert r.returncode == 0, r.stderr
-    return {k: v for k, v in json.loads(r.stdout).items() if v}
-
-
-def local_namespaces() -> list[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return sorted(ln.split()[0] for ln in out.splitlines() if ln.startswith("tb-"))
 
 
 def iperf_bps(standins, sender_on_s2: bool, sender: str, port: int) -> float:

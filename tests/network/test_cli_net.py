@@ -70,6 +70,7 @@ def test_up_show_down():
         r2 = run_cli("net", "up", "two_dc", "--impairment", "none")
         assert r2.returncode != 0 and "already up" in r2.stderr
         assert "tb-east-r" in cleanup.owned_netns()
+        until_eof_ends_the_command_when_stdin_closes()
     finally:
         r = run_cli("net", "down")
     assert r.returncode == 0, r.stderr
@@ -128,3 +129,42 @@ def test_verify_json_without_netem():
     # the spec's 20 ms each way could not be applied: reported, never passed off as measured
     assert all(c["status"] == "skipped" for c in kinds["link_rtt"] + kinds["pair_rtt"])
     assert kinds["pair_rtt"][0]["expected"] == pytest.approx(0.040)
+
+
+def until_eof_ends_the_command_when_stdin_closes() -> None:
+    """`net exec --until-eof NODE -- CMD` (how the launcher runs commands on other servers over ssh): CMD runs in
+    the node, and ends when the exec's stdin closes (the ssh channel), its process group with it."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO, cli_env
+
+    marker = "3141.5"  # a sleep no one else runs
+    p = subprocess.Popen([sys.executable, "-m", "testbed.cli", "net", "exec", "--until-eof", "east-h1", "--",
+                          "sh", "-c", f"sleep {marker} & sleep {marker}; echo never"], cwd=REPO, env=cli_env(),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while len(_pids(f"^sleep {marker}$")) < 2:
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+            time.sleep(0.1)
+        ns = subprocess.run(["ip", "netns", "identify", _pids(f"^sleep {marker}$")[0]], capture_output=True,
+                            text=True).stdout.strip()
+        assert ns == "tb-east-h1", ns
+        time.sleep(1.0)
+        assert p.poll() is None  # stdin open: it runs on
+        p.stdin.close()
+        p.wait(timeout=15)
+        out, err = p.stdout.read(), p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 128 + 15 and "never" not in out, (p.returncode, out, err)
+    assert _pids(f"^sleep {marker}$") == []  # the background sleep too: the whole group ended
+
+
+def _pids(pattern: str) -> list[str]:
+    import subprocess
+
+    return subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()

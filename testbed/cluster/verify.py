@@ -1,0 +1,111 @@
+"""``testbed net verify TOPOLOGY --cluster FILE``: the one-machine verify, measured across servers.
+
+The measurements that send traffic (:func:`testbed.network.verify.path_checks`: RTT and MTU over every WAN
+link, goodput each way, RTT per DC pair) run unchanged on a :class:`.view.ClusterNetwork`, so a link
+tunnelled between two servers is held to the same bars as a link inside one: the ping or iperf3 client
+runs on its node's server and the iperf3 server on the other's.  What is read back from a kernel (daemons
+alive, wire-sized packets, queue limits) is read on each server by ``testbed cluster part-check`` over ssh
+(here, directly), each server for its own interfaces and its own end of every tunnel.
+
+Not measured yet across servers: the one-way delay rows (``--delays``: they compare send and receive stamps,
+which on two servers differ by the clocks' offset), and goodput to or from a DC without hosts on another
+server (its temporary probe endpoint is made on this machine only): both said, never silently left out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from testbed.network.verify import (
+    Check,
+    Endpoints,
+    ProbeUnavailable,
+    add_probe,
+    local_checks,
+    path_checks,
+    progress,
+)
+from testbed.network.verify import remove_probe as remove_local_probe
+
+from .launch import remote_testbed, tail_of
+from .remote import RemoteError
+from .view import ClusterNetwork
+
+
+def part_checks(view: ClusterNetwork, log: Callable[[str], None]) -> list[Check]:
+    """Every server's read-back checks, each marked with its server."""
+    out: list[Check] = []
+    for name in sorted(set(view.placement.assignment.values()), key=view.cluster.names.index):
+        log(f"{name}: reading back daemons, packets and queue limits ...")
+        if name == view.cluster.launcher:
+            checks = local_checks(view.local())
+        else:
+            server = view.cluster.server(name)
+            cp = view.remote(name).run(remote_testbed(server, ["cluster", "part-check"]), timeout=120, check=False)
+            if cp.returncode != 0:
+                raise RemoteError(server, f"reading its part back failed (exit {cp.returncode}): {tail_of(cp.stderr)}",
+                                  "see the message; `testbed net show` there shows its part")
+            checks = [Check(**{k: v for k, v in d.items() if k != "error"}) for d in json.loads(cp.stdout)]
+        for c in checks:
+            c.extra["server"] = name
+            if c.kind == "packets":
+                c.subject = f"all nodes on {name}"
+        out += checks
+    return out
+
+
+def verify(view: ClusterNetwork, seconds: float = 3.0, pings: int = 20,
+           log: Callable[[str], None] | None = None) -> list[Check]:
+    """Every check of ``net verify`` that this layer can make across servers (see the module's docstring)."""
+    say_plain = log or (lambda m: None)
+    checks = part_checks(view, say_plain)
+
+    def add(net: Any, dc: str) -> str:
+        if not view.is_local(dc):
+            raise ProbeUnavailable(f"DC {dc} has no hosts and is on server {view.placement.assignment[dc]}: a "
+                                   "temporary probe endpoint is only made on the launcher so far (place the DC "
+                                   "there, or give it a host)")
+        name = add_probe(view.local(), dc)
+        view.extra[name] = dc
+        return name
+
+    def remove(name: str) -> None:
+        remove_local_probe(name)
+        view.extra.pop(name, None)
+
+    return checks + path_checks(view, Endpoints(view, add=add, remove=remove), progress(view, log), seconds, pings)
+
+
+def part_check_json() -> str:
+    """``testbed cluster part-check``: this server's read-back checks of its part, as JSON."""
+    from testbed.network.emulation import EmulatedNetwork
+
+    return json.dumps([c.to_dict() for c in local_checks(EmulatedNetwork.attach())])
+
+
+def self_test(view: ClusterNetwork, log: Callable[[str], None] | None = None) -> Any:
+    """The self-test a trial runs before training, across servers: every server's read-back checks and the
+    minimum RTT over every WAN link (tunnelled or not).  The one-machine self-test's UDP rate trains are not
+    run across servers yet (their sender script is the launcher's path): said as an ``info`` row."""
+    import time as _time
+
+    from testbed.network.selftest import SelfTest, link_rtts
+    from testbed.network.verify import delay_applied
+
+    t0 = _time.monotonic()
+    out = SelfTest()
+    try:
+        out.checks = part_checks(view, log or (lambda m: None))
+        out.checks += link_rtts(view, delay_applied(view))
+        out.checks.append(Check("link_rate", "every link", None, None, "bit/s", "not measured across servers yet",
+                                "info", {"why": "the UDP rate trains are not run across servers yet; "
+                                                "`net verify --cluster` measures goodput on every link"}))
+    except Exception as e:
+        out.error = f"{type(e).__name__}: {e}"
+    out.seconds = _time.monotonic() - t0
+    if log is not None:
+        log(f"self-test across servers: {'ok' if out.faithful else 'NETWORK NOT AS SPECIFIED'} in "
+            f"{out.seconds:.1f} s" + ("" if out.faithful else ": " + "; ".join(out.problems)))
+    return out

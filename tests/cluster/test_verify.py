@@ -1,0 +1,132 @@
+"""``testbed net verify TOPOLOGY --cluster FILE`` across a launcher and a stand-in server, as a user runs it.
+
+The CLI runs in its own process; what it measures on the stand-in runs there over ssh
+(``net exec --until-eof``), never by entering its namespaces from here.  The checks must fail where the
+network across servers is not the spec: the servers' own network slower than a tunnelled link's rate.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from tests.cluster.standins import (
+    LAUNCHER_IF,
+    StandInServers,
+    local_namespaces,
+    on_s2,
+    require,
+    s2_state,
+    write,
+)
+from tests.conftest import run_cli
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+# a on the launcher (s1), b and c on the stand-in (s2): a-b is a tunnel, b-c a same-server link
+LINE = {"name": "line3", "defaults": {"hosts": 1, "lan": {"rate": "1Gbit"}},
+        "dcs": ["a", "b", "c"],
+        "links": [{"a": "a", "b": "b", "rate": "50Mbit", "delay": "5ms"},
+                  {"a": "b", "b": "c", "rate": "50Mbit", "delay": "5ms"}]}
+PLACEMENT = {"a": "s1", "b": "s2", "c": "s2"}
+
+
+@pytest.fixture(scope="module")
+def standins(tmp_path_factory):
+    require()
+    s = StandInServers(tmp_path_factory.mktemp("verify"), 1).start()
+    yield s
+    run_cli("net", "down", "--cluster", str(write(s.workdir, s.cluster())), timeout=120)
+    s.stop()
+
+
+def verify(standins, tmp_path, topo: dict, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    r = run_cli("net", "verify", str(write(tmp_path, topo, "topo.yaml")), "--cluster",
+                str(write(tmp_path, standins.cluster(placement=PLACEMENT))), "--seconds", "2", "--pings", "10",
+                "--json", *extra, timeout=600)
+    try:
+        out = json.loads(r.stdout)
+    except ValueError:
+        raise AssertionError(r.stdout[-2000:] + r.stderr[-3000:]) from None
+    return r, out
+
+
+def rows(out: dict) -> dict[tuple[str, str], dict]:
+    return {(c["kind"], c["subject"]): c for c in out["checks"]}
+
+
+def nothing_left(standins) -> None:
+    assert local_namespaces() == []
+    assert s2_state(standins) == {}
+    # no command started over ssh for a measurement outlives it (net exec --until-eof ends with its channel)
+    ps = on_s2(standins, "ps ax -o args").stdout
+    assert "until-eof" not in ps and "iperf3" not in ps, ps
+
+
+def test_verify_across_two_servers_passes_on_every_link_and_pair(standins, tmp_path):
+    r, out = verify(standins, tmp_path, LINE)
+    assert r.returncode == 0 and out["ok"], r.stderr[-3000:]
+    c = rows(out)
+    for kind, subject in (("link_rtt", "a<->b"), ("link_rtt", "b<->c"), ("link_mtu", "a<->b"),
+                          ("link_goodput", "a->b"), ("link_goodput", "b->a"), ("link_goodput", "b->c"),
+                          ("link_goodput", "c->b"), ("pair_rtt", "a<->b"), ("pair_rtt", "a<->c"),
+                          ("pair_rtt", "b<->c")):
+        assert c[(kind, subject)]["status"] == "pass", c[(kind, subject)]
+    # the tunnelled link is held to the same bars: 10 ms RTT, goodput >= 0.97 of 50 Mbit/s x 1448/1514
+    assert 0.010 <= c[("link_rtt", "a<->b")]["measured"] <= 0.0115
+    assert c[("link_goodput", "a->b")]["extra"]["ratio"] >= 0.97
+    assert 0.020 <= c[("pair_rtt", "a<->c")]["measured"] <= 0.0225
+    # read back on each server: its own queues (a tunnel's end on each side), its own packets
+    assert c[("queue_limit", "a->b")]["extra"]["server"] == "s1" and c[("queue_limit", "a->b")]["status"] == "pass"
+    assert c[("queue_limit", "b->a")]["extra"]["server"] == "s2" and c[("queue_limit", "b->a")]["status"] == "pass"
+    assert {c[("queue_limit", d)]["extra"]["server"] for d in ("b->c", "c->b")} == {"s2"}
+    assert c[("packets", "all nodes on s1")]["status"] == c[("packets", "all nodes on s2")]["status"] == "pass"
+    assert out["servers"]["s2"]["dcs"] == ["b", "c"] and out["impairment"]["backend"] != "none"
+    print("MEASURED net verify --cluster: tunnel a<->b rtt "
+          f"{c[('link_rtt', 'a<->b')]['measured'] * 1e3:.2f} ms, goodput a->b x{c[('link_goodput', 'a->b')]['extra']['ratio']:.3f} "
+          f"b->a x{c[('link_goodput', 'b->a')]['extra']['ratio']:.3f}; same-server b->c "
+          f"x{c[('link_goodput', 'b->c')]['extra']['ratio']:.3f}")
+    nothing_left(standins)
+
+
+def test_verify_fails_the_tunnelled_link_when_the_servers_network_is_slower_than_the_spec(standins, tmp_path):
+    """The launcher's own network port at 20 Mbit/s (tbf), under a 50 Mbit/s tunnelled link: a->b fails, the
+    links that do not cross it pass.  A verify that measured each server's part alone would pass."""
+    subprocess.run(["tc", "qdisc", "add", "dev", LAUNCHER_IF, "root", "tbf", "rate", "20mbit", "burst", "64k",
+                    "latency", "100ms"], check=True)
+    try:
+        r, out = verify(standins, tmp_path, LINE)
+    finally:
+        subprocess.run(["tc", "qdisc", "del", "dev", LAUNCHER_IF, "root"], check=False)
+    assert r.returncode == 1 and not out["ok"], r.stderr[-3000:]
+    c = rows(out)
+    assert c[("link_goodput", "a->b")]["status"] == "fail" and c[("link_goodput", "a->b")]["extra"]["ratio"] < 0.5
+    for subject in ("b->a", "b->c", "c->b"):
+        assert c[("link_goodput", subject)]["status"] == "pass", c[("link_goodput", subject)]
+    assert "FAIL" not in r.stdout  # --json: no table
+    nothing_left(standins)
+
+
+def test_a_dc_without_hosts_on_another_server_is_said_not_measured(standins, tmp_path):
+    """c has no hosts (and no PS host: --no-ps), on the stand-in: its goodput rows are skipped with the reason;
+    RTTs over its links are measured router to router as on one machine."""
+    topo = dict(LINE, dcs=["a", "b", {"name": "c", "hosts": 0}])
+    r, out = verify(standins, tmp_path, topo, "--no-ps")
+    assert r.returncode == 0, r.stderr[-3000:]
+    c = rows(out)
+    for subject in ("b->c", "c->b"):
+        row = c[("link_goodput", subject)]
+        assert row["status"] == "skipped" and "DC c has no hosts and is on server s2" in row["extra"]["reason"]
+    assert c[("link_rtt", "b<->c")]["status"] == "pass" and c[("link_goodput", "a->b")]["status"] == "pass"
+    assert "not measured" in r.stderr
+    nothing_left(standins)
+
+
+def test_delays_and_quick_are_refused_with_cluster(standins, tmp_path):
+    for flag in ("--delays", "--quick"):
+        r = run_cli("net", "verify", str(write(tmp_path, LINE, "topo.yaml")), "--cluster",
+                    str(write(tmp_path, standins.cluster(placement=PLACEMENT))), flag, timeout=60)
+        assert r.returncode == 2 and f"--{flag[2:]}" in r.stderr and "not available with --cluster" in r.stderr
+    assert local_namespaces() == [] and s2_state(standins) == {}
