@@ -1,4 +1,4 @@
-"""Several servers, one spec (issue 19): the cluster file, DC placement, SSH control, clocks.
+"""Several servers, one spec (issue 19): the cluster file, DC placement, SSH control, clocks, trials.
 
 Layers, each its own module:
 
@@ -11,10 +11,16 @@ Layers, each its own module:
   records from several servers can be merged on one time axis;
 * :mod:`.tunnel` -- a WAN link between DCs on different servers as a VXLAN interface in each end's router
   namespace, and the ``Part`` of a network one server builds;
-* :mod:`.launch` -- emulate mode: every server builds its part (remote ones over ssh), and takes it down.
+* :mod:`.launch` -- emulate mode: every server builds its part (remote ones over ssh), and takes it down;
+* :mod:`.view` -- the network across servers as one (the full plan; a node's command runs on its server);
+* :mod:`.verify` -- ``net verify --cluster``: the one-machine measurements across servers, each server's
+  read-back;
+* :mod:`.trialnet` -- a trial's network across servers: trainers over ssh, records fetched back, clocks
+  corrected.
 
-Built so far: the cluster file, placement, reachability and clock checks (``testbed cluster place | check``)
-and emulate mode's network (``testbed net up | down --cluster``).  Trials across servers, merged records,
-``net verify --cluster`` and shape mode are not built yet; the README's "Several servers" section says what is
-and is not there.
+Built so far: the cluster file, placement, reachability and clock checks (``testbed cluster place | check``),
+emulate mode's network (``testbed net up | down | verify --cluster``) and trials across it (``testbed run
+--cluster``).  Sweeps across servers, ``net set`` on a tunnelled link, docker hosts, schedules and cross
+traffic across servers, and shape mode are not built yet; the README's "Several servers" section says what
+is and is not there.
 """

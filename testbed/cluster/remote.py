@@ -81,6 +81,22 @@ class Remote:
                               "run it by hand on the server to see why")
         return cp
 
+    def read(self, argv: list[str] | str, *, timeout: float = 600.0) -> bytes:
+        """A command's stdout as bytes (an archive, say); RemoteError when it cannot run or fails."""
+        try:
+            cp = subprocess.run(self.command(argv), capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise RemoteError(self.server, f"no answer within {timeout:.0f} s to {_short(argv)}",
+                              "check that the server is up and not overloaded") from None
+        err = cp.stderr.decode(errors="replace")
+        if cp.returncode == SSH_FAILED:
+            raise RemoteError(self.server, f"ssh failed: {_last_line(err) or 'connection refused or lost'}",
+                              _ssh_fix(err))
+        if cp.returncode != 0:
+            raise RemoteError(self.server, f"{_short(argv)} exited {cp.returncode}: {_last_line(err)}",
+                              "run it by hand on the server to see why")
+        return cp.stdout
+
     def popen(self, argv: list[str] | str, **kw: Any) -> subprocess.Popen[str]:
         """A long-lived command on the server (its stdin/stdout piped unless ``kw`` says otherwise)."""
         kw.setdefault("stdin", subprocess.PIPE)

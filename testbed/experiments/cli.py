@@ -30,6 +30,22 @@ def _announce_netem(spec: Any) -> None:
              f"backend if it is available, else they are skipped (recorded). Fixes: {netem.fix}")
 
 
+def load_cluster_for(spec: Any, path: str) -> Any:
+    """``run --cluster FILE``: the cluster file, checked against the spec before anything is built (exit 2):
+    emulate mode, a placement that fits, nothing a trial across servers does not do yet."""
+    from ..cluster.model import load as load_cluster
+    from ..cluster.placement import place
+    from ..cluster.trialnet import refuse_unsupported
+
+    cluster = load_cluster(path)
+    if cluster.mode != "emulate":
+        raise ValidationError("mode", f"mode {cluster.mode!r}: trials across servers run in emulate mode only "
+                              "(shape mode is not built yet)", "write mode: emulate in the cluster file")
+    place(spec.topology, cluster)
+    refuse_unsupported(spec)
+    return cluster
+
+
 def preflight(spec: Any) -> None:
     """What would make every trial fail, found before the first is built (errors exit 2 with the fix)."""
 
@@ -85,6 +101,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.repetitions < 1:
             raise ValidationError("--repetitions", f"must be at least 1, got {args.repetitions}", "e.g. --repetitions 3")
         spec.repetitions = args.repetitions
+    if getattr(args, "cluster", None):
+        spec.cluster = load_cluster_for(spec, args.cluster)
     lr_from = getattr(args, "lr_search_from", None)
     if lr_from is not None:
         from .lr_search import load_picks
@@ -231,6 +249,10 @@ def register(sub: Any) -> None:
     lr.add_argument("--lr-search-from", metavar="DIR",
                     help="reuse the per-scheme lr picks of an earlier run's search (its run directory or "
                          "lr_search.json) instead of searching again")
+    run.add_argument("--cluster", metavar="FILE",
+                     help="spread every trial over the servers of this cluster file (emulate mode; README "
+                          "\"Several servers\"): each server builds its DCs, trainers there start over ssh, "
+                          "their records come back into the trial directory on the launcher's clock")
     run.set_defaults(func=cmd_run)
     sw = sub.add_parser("sweep", help="run or resume a parameter grid (finished points are skipped); "
                                       "writes sweep.csv with means and 95%% CIs and the sweep figures",

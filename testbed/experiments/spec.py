@@ -88,6 +88,9 @@ class ExperimentSpec:
     lr_search: LrSearch | None = None
     #: background flows sharing the WAN during every trial (testbed.network.cross_traffic.CrossFlow)
     cross_traffic: list[Any] = field(default_factory=list)
+    #: the servers the trials span (testbed.cluster.model.Cluster, from ``run --cluster FILE``; not part of the
+    #: spec: the same spec runs on one machine or several); None: this machine
+    cluster: Any = None
 
     @property
     def spec_hash(self) -> str:

@@ -132,8 +132,16 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
         manifest["target"] = {target["metric"]: target.get("value")}  # the report's time-to-target
     result = TrialResult(scheme.label, rep, trial_dir, "failed")
     # The trial's seed also seeds the impairment's random draws (loss, jitter), so a repetition repeats.
-    net = EmulatedNetwork(spec.topology, impairment=spec.impairment, allow_missing_netem=spec.allow_missing_netem,
-                          log=say, seed=training["seed"], shared_dirs=[trial_dir])
+    if spec.cluster is not None:  # the same trial, its network and trainers spread over servers
+        from ..cluster.trialnet import ClusterTrialNetwork
+
+        net: Any = ClusterTrialNetwork(spec.topology, spec.cluster, impairment=spec.impairment,
+                                       allow_missing_netem=spec.allow_missing_netem, seed=training["seed"],
+                                       trial_dir=trial_dir, log=say)
+    else:
+        net = EmulatedNetwork(spec.topology, impairment=spec.impairment,
+                              allow_missing_netem=spec.allow_missing_netem, log=say, seed=training["seed"],
+                              shared_dirs=[trial_dir])
     procs: list[ProcInfo] = []
     samplers = None
     player = None
@@ -152,7 +160,13 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
             manifest["runtimes"] = runtimes
         # the network as the spec says? (min RTT and rate per WAN direction; the trial runs either way,
         # and its manifest, the summary and the figures say when it was not)
-        manifest["selftest"] = quick_check(net, log=say).to_dict()
+        if spec.cluster is not None:
+            from ..cluster.verify import self_test
+
+            manifest["cluster"] = net.record()
+            manifest["selftest"] = self_test(net.view, log=say).to_dict()
+        else:
+            manifest["selftest"] = quick_check(net, log=say).to_dict()
         cpu = CpuSaturation({f"{imp.node}:{imp.ifname}": imp.pid for imp in net.userspace}).start()
         t0 = time.time_ns()
         manifest["t0_ns"] = t0
@@ -169,7 +183,8 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
             links = [LinkTarget(w["node"], w["ifname"], w["link"], w["netns"]) for w in net.wan_interfaces()] \
                 if spec.collectors.links else []
             tcp = [TcpTarget(n.name, net.netns(n.name)) for n in net.plan.nodes.values()
-                   if n.role in ("host", "ps")] if spec.collectors.tcp else []
+                   if n.role in ("host", "ps") and (spec.cluster is None or net.is_local(n.name))] \
+                if spec.collectors.tcp else []
             samplers = SamplerSet(trial_dir, t0, links=links, rate_hz=spec.collectors.rate_hz, tcp=tcp).start()
         # server first, so workers find it listening
         order = sorted(zip(jobs, paths), key=lambda jp: 0 if jp[0].role == "server" else 1)
@@ -183,7 +198,7 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
                 p = net.popen_trainer(job.host, command_for(path.resolve() if runtimes else path, job), stdout=fh, stderr=subprocess.STDOUT,
                                       stdin=subprocess.DEVNULL, env=env, cwd=str(Path.cwd()))
             procs.append(ProcInfo(job.name, job.host, job.role, job.rank, p, logf))
-            if samplers is not None and spec.collectors.procs:
+            if samplers is not None and spec.collectors.procs and p.trainer_pid is not None:
                 samplers.add_process(ProcTarget(p.trainer_pid, job.host, job.role, job.rank))
             return p
 
@@ -199,8 +214,8 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
             """A marker that changes with progress: the span file's size, and CPU time until the first span."""
             try:
                 size = spans[name].stat().st_size
-            except OSError:
-                size = 0
+            except OSError:  # not here yet; or on another server, where its size is read over ssh
+                size = net.span_size(spans[name]) if spec.cluster is not None else 0
             if size:
                 return size
             pid = pids.get(name)
@@ -243,6 +258,12 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
     except KeyboardInterrupt:
         result = TrialResult(scheme.label, rep, trial_dir, "interrupted", "Ctrl-C")
     except Exception as e:
+        import traceback
+
+        try:  # the reason is one line; where it came from goes beside the processes' logs
+            (trial_dir / "logs" / "trial-error.log").write_text(traceback.format_exc())
+        except OSError:
+            pass
         result = TrialResult(scheme.label, rep, trial_dir, "failed", f"{type(e).__name__}: {e}")
     finally:
         with interrupts_deferred(say):  # a second Ctrl-C must not leave the network up

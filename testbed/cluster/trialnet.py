@@ -1,0 +1,258 @@
+"""A trial's network when it spans several servers: what ``run_trial`` asks of a network, over ssh.
+
+``run_trial`` builds an :class:`~testbed.network.emulation.EmulatedNetwork`, starts trainers in its hosts,
+samples it, and stops it.  :class:`ClusterTrialNetwork` answers the same calls for a network up on several
+servers (emulate mode, :mod:`.launch`), so a trial across servers is the same trial:
+
+* ``start``: every server builds its part (``launch.up``); each remote server gets a scratch directory for
+  the trial's records, ``/var/tmp/geo-testbed-trials/<server>/<trial>`` (``launch.SCRATCH``);
+* ``popen_trainer``: a host on this machine starts its trainer as on one machine; a host on another server
+  gets its job file over ssh (its ``out_dir`` the scratch directory, its ``t0_ns`` shifted by the server's
+  measured clock offset, so the ``ts`` it writes are on the launcher's clock) and its trainer through
+  ``testbed net exec --until-eof`` there: stdout and stderr come back over ssh into the trial's log file,
+  and ending the local ssh (the supervisor's SIGTERM, or the launcher's death) ends the trainer;
+* progress of a remote trainer (the supervisor's stall watch) is its span file's size there, read every
+  :data:`POLL_S` seconds over ssh;
+* ``stop``: every remote scratch directory comes back into the trial directory (tar over ssh: events,
+  metrics, process records; not the rewritten job files), is removed there, and every part goes down.
+
+Samplers (links, TCP, processes) and the CPU-saturation watch see the launcher's part only: said in the
+manifest's ``cluster`` record.  Docker hosts, link schedules and cross traffic across servers are refused
+before anything is built.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shlex
+import tarfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from topologies.model import Topology
+from traffic_control.errors import ValidationError
+
+from . import launch
+from .launch import SCRATCH, as_root
+from .model import Cluster
+from .placement import place
+from .remote import RemoteError
+from .view import ClusterNetwork
+
+#: How long ``stop`` waits for the trial's processes on a server to exit before fetching its records (a trainer
+#: given SIGTERM by ``net exec --until-eof`` has 3 s before SIGKILL).
+EXIT_WAIT_S = 5.0
+#: How often a remote trainer's progress (its span file's size) is read.
+POLL_S = 2.0
+#: Environment a trainer gets on a remote server besides its server's own (the launcher's PATH, HOME and so
+#: on mean nothing there).
+TRAINER_ENV = ("PYTHONUNBUFFERED", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES")
+
+
+def refuse_unsupported(spec: Any) -> None:
+    """What a trial across servers does not do yet, refused before anything is built (exit 2)."""
+    if any(dc.runtime != "process" for dc in spec.topology.dcs):
+        raise ValidationError("dcs[].runtime", "docker hosts across servers are not built yet",
+                              "use process hosts (the default) with --cluster, or run on one machine")
+    if spec.schedule:
+        raise ValidationError("schedule", "a link schedule across servers is not built yet (a tunnelled link cannot "
+                              "be changed from one end)", "drop the schedule, or run on one machine")
+    if spec.cross_traffic:
+        raise ValidationError("cross_traffic", "cross traffic across servers is not built yet",
+                              "drop cross_traffic, or run on one machine")
+
+
+class ClusterTrialNetwork:
+    """One trial's network on several servers, with ``EmulatedNetwork``'s trial-facing calls."""
+
+    def __init__(self, topo: Topology, cluster: Cluster, *, impairment: str = "auto",
+                 allow_missing_netem: bool = False, seed: int | None = None, trial_dir: Path,
+                 log: Callable[[str], None] | None = None) -> None:
+        from testbed.network.addressing import plan_network
+
+        self.topo, self.cluster = topo, cluster
+        self.impairment_mode, self.allow_missing_netem, self.seed = impairment, allow_missing_netem, seed
+        self.trial_dir = trial_dir
+        self.log = log or (lambda m: None)
+        self.placement = place(topo, cluster)
+        self.plan = plan_network(topo, with_ps=True)
+        self.report: dict[str, Any] = {}
+        self.view: ClusterNetwork | None = None
+        self.timings: dict[str, float] = {}
+        self.impairment: Any = None
+        self.applied: dict[str, Any] = {}
+        self.gpu_assignment: dict[str, Any] = {}
+        self.userspace: list[Any] = []
+        self.impairment_failures: list[str] = []
+        self.impairment_noticed: list[str] = []
+        self.links_down: dict[str, float] = {}
+        self.offsets_ns: dict[str, int] = {}
+        tag = f"{trial_dir.parent.name}-{trial_dir.name}"
+        self.scratch = {s: f"{SCRATCH}/{s}/{tag}" for s in set(self.placement.assignment.values())
+                        if s != cluster.launcher}
+        self._sizes: dict[str, dict[str, int]] = {}
+        self._halt = threading.Event()
+        self._poller: threading.Thread | None = None
+        self._local: Any = None
+
+    # ---------------------------------------------------------------- life cycle
+    def start(self) -> None:
+        self.report = launch.up(self.topo, self.cluster, impairment=self.impairment_mode,
+                                allow_missing_netem=self.allow_missing_netem, seed=self.seed, log=self.log)
+        self.view = ClusterNetwork.from_report(self.topo, self.cluster, self.placement, self.report)
+        self.impairment = self.view.impairment
+        self.timings["up_s"] = self.report["up_s"]
+        self.offsets_ns = {s: int((r.get("clock") or {}).get("offset_ns", 0)) for s, r in self.report["servers"].items()}
+        if self.cluster.launcher in self.report["servers"]:
+            self._local = self.view.local()
+            self.userspace = self._local.userspace
+            self.applied = {self.cluster.launcher: self._local.read_back()}
+        for server, d in self.scratch.items():
+            srv = self.cluster.server(server)
+            self.view.remote(server).run(as_root(srv, ["mkdir", "-p", f"{d}/events", f"{d}/procs", f"{d}/jobs"]),
+                                         timeout=60)
+        self._poller = threading.Thread(target=self._poll, name="cluster-progress", daemon=True)
+        self._poller.start()
+
+    def stop(self) -> None:
+        """Fetch every remote server's records, remove its scratch directory, take every part down."""
+        self._halt.set()
+        problems = []
+        try:
+            for server, d in self.scratch.items():
+                try:
+                    self._fetch(server, d)
+                except Exception as e:  # the other servers' records still come back, every part still goes
+                    problems.append(f"{server}: records not fetched: {e}")
+                    self.log(f"cluster: {problems[-1]}")
+        finally:
+            if self.view is not None:
+                self.view.close()
+            out = launch.down(self.cluster, log=self.log)
+            problems += [f"{s}: not taken down: {r.get('error')}" for s, r in out.items() if not r.get("ok")]
+        if problems:
+            raise RuntimeError("; ".join(problems))
+
+    def record(self) -> dict[str, Any]:
+        """The manifest's ``cluster``: placement, each server's part and clock, and what was sampled where."""
+        return {"placement": self.report.get("placement") or self.placement.to_dict(),
+                "servers": self.report.get("servers", {}), "clock_offsets_ns": self.offsets_ns,
+                "clock_correction": "each remote trainer's t0_ns is the launcher's plus its server's measured "
+                                    "offset, so every ts is on the launcher's clock",
+                "scratch": self.scratch,
+                "sampled": "links, TCP and process samplers and the CPU-saturation watch ran on the launcher's "
+                           "part only" if self._local is not None else "no samplers: the launcher holds no DC"}
+
+    # ---------------------------------------------------------------- nodes
+    def is_local(self, node: str) -> bool:
+        return self.placement.assignment[self.plan.nodes[node].dc] == self.cluster.launcher
+
+    def netns(self, node: str) -> str:
+        from testbed.network import naming
+
+        return naming.netns_name(node)
+
+    def wan_interfaces(self) -> list[dict[str, str]]:
+        return self._local.wan_interfaces() if self._local is not None else []
+
+    def docker_config(self, node: str) -> None:
+        return None
+
+    def container_pid(self, node: str) -> None:
+        return None
+
+    def memory_report(self) -> dict[str, dict[str, Any]]:
+        return self._local.memory_report() if self._local is not None else {}
+
+    def impairment_health(self) -> list[dict[str, Any]]:
+        return self._local.impairment_health() if self._local is not None else []
+
+    def play(self, events: Any) -> None:
+        raise ValidationError("schedule", "a link schedule across servers is not built yet", "drop the schedule")
+
+    # ---------------------------------------------------------------- trainers
+    def popen_trainer(self, node: str, argv: list[str], *, env: dict[str, str], **kw: Any) -> Any:
+        if self.is_local(node):
+            return self._local.popen_trainer(node, argv, env=env, **kw)
+        assert self.view is not None
+        server = self.view.server_of(node)
+        job_path = Path(argv[-1])
+        job = json.loads(job_path.read_text())
+        remote_dir = self.scratch[server]
+        # its records go to the scratch directory; its clock zero is the launcher's t0 read on its clock
+        job["out_dir"] = remote_dir
+        job["t0_ns"] = int(job["t0_ns"]) + self.offsets_ns.get(server, 0)
+        remote_job = f"{remote_dir}/jobs/{job_path.name}"
+        self.view.remote(server).run(as_root(self.cluster.server(server), ["sh", "-c", f"cat > {shlex.quote(remote_job)}"]),
+                                     input=json.dumps(job), timeout=60)
+        kv = [f"{k}={env[k]}" for k in env if k in TRAINER_ENV or k.startswith("TESTBED_")]
+        py = self.cluster.server(server).python
+        kw.pop("cwd", None)
+        p = self.view.popen(node, ["env", *kv, py, *argv[1:-1], remote_job], **kw)
+        p.trainer_pid = None  # on another server: no local pid to sample
+        return p
+
+    def span_size(self, local_path: Path) -> int:
+        """A remote trainer's span file's size as last read there (0 before it exists)."""
+        for sizes in self._sizes.values():
+            if local_path.name in sizes:
+                return sizes[local_path.name]
+        return 0
+
+    def _poll(self) -> None:
+        while not self._halt.wait(POLL_S):
+            for server, d in self.scratch.items():
+                try:
+                    cp = self.view.remote(server).run(as_root(self.cluster.server(server), [
+                        "sh", "-c", f"cd {shlex.quote(d)}/events 2>/dev/null && stat -c '%n %s' * 2>/dev/null; true"]),
+                        timeout=30)
+                except RemoteError as e:
+                    self.log(f"cluster: progress of {server} not read: {e}")
+                    continue
+                self._sizes[server] = {n: int(s) for n, s in (ln.rsplit(" ", 1) for ln in cp.stdout.splitlines()
+                                                              if ln.strip()) if s.isdigit()}
+
+    def _fetch(self, server: str, remote_dir: str) -> None:
+        """The server's scratch directory into the trial directory (jobs excepted), then removed there."""
+        t0 = time.monotonic()
+        r = self.view.remote(server)
+        srv = self.cluster.server(server)
+        # a trainer stopped by closing its channel gets SIGTERM there a moment later and writes its last
+        # records as it exits: wait for the trial's processes there to be gone (their argv names the directory; the
+        # bracket keeps the pattern from matching the shell that runs pgrep)
+        deadline = time.monotonic() + EXIT_WAIT_S
+        while time.monotonic() < deadline:
+            if r.run(as_root(srv, ["pgrep", "-f", f"[{remote_dir[0]}]{remote_dir[1:]}/jobs/"]), timeout=30, check=False).returncode != 0:
+                break
+            time.sleep(0.2)
+        data = r.read(as_root(srv, ["tar", "-C", remote_dir, "--exclude=./jobs", "-cf", "-", "."]), timeout=600)
+        extract(data, self.trial_dir)
+        r.run(as_root(srv, ["rm", "-rf", remote_dir]), timeout=120)
+        self.log(f"cluster: {server}: records fetched ({len(data) / 1e6:.2f} MB) in {time.monotonic() - t0:.1f} s")
+
+
+def extract(archive: bytes, into: Path) -> list[str]:
+    """Regular files and directories of a tar archive under ``into``; anything else (links, devices), and any
+    name that would land outside ``into``, is refused: the archive comes from another machine."""
+    root = into.resolve()
+    names = []
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        for m in tar.getmembers():
+            target = (root / m.name).resolve()
+            if target != root and root not in target.parents:
+                raise ValueError(f"archive member {m.name!r} lands outside {into}")
+            if m.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+            elif m.isfile():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                src = tar.extractfile(m)
+                assert src is not None
+                target.write_bytes(src.read())
+                names.append(m.name)
+            else:
+                raise ValueError(f"archive member {m.name!r} is not a regular file or directory")
+    return names

@@ -1,0 +1,115 @@
+"""``testbed run SPEC --cluster FILE``: real training trials across a launcher and a stand-in server.
+
+The stand-in's clock runs 250 ms ahead (libfaketime through its sshd): a trial's records line up on the
+launcher's clock only when the correction works.  The CLI runs in its own process; the stand-in's
+trainers start there over ssh only, and their records come back by tar over ssh.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from testbed.collect.records import read_jsonl
+from testbed.collect.trace import load_trace, validate_trace
+from tests.cluster.standins import StandInServers, local_namespaces, on_s2, require, s2_state, write
+from tests.conftest import run_cli
+
+pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.torch]
+
+OFFSET_S = 0.25
+# workers a-h1 (launcher), b-h1 and c-h1 (stand-in); the parameter server in b, on the stand-in
+TOPO = {"name": "line3", "defaults": {"hosts": 1, "lan": {"rate": "1Gbit"}}, "ps": "b",
+        "dcs": ["a", "b", "c"],
+        "links": [{"a": "a", "b": "b", "rate": "50Mbit", "delay": "5ms"},
+                  {"a": "b", "b": "c", "rate": "50Mbit", "delay": "5ms"}]}
+PLACEMENT = {"a": "s1", "b": "s2", "c": "s2"}
+SPEC = {"name": "spread", "topology": TOPO, "impairment": "auto", "timeout": "240s",
+        "training": {"workload": {"name": "digits"}, "stop": {"steps": 15}, "eval_every": 5},
+        "schemes": [{"label": "bsp", "scheme": {"name": "bsp"}}, {"label": "gsyn", "scheme": {"name": "gsyn"}}],
+        "collectors": {"rate_hz": 10}}
+
+
+@pytest.fixture(scope="module")
+def standins(tmp_path_factory):
+    require()
+    s = StandInServers(tmp_path_factory.mktemp("trials"), 1, clock_offsets_s=(OFFSET_S,)).start()
+    yield s
+    run_cli("net", "down", "--cluster", str(write(s.workdir, s.cluster())), timeout=120)
+    s.stop()
+
+
+def barrier_ends_s(trial: Path) -> dict[str, float]:
+    """Per process: when its start barrier released it (s since t0, its own record)."""
+    out = {}
+    for f in sorted((trial / "events").glob("*.jsonl")):
+        rows, _ = read_jsonl(f)
+        ends = [(r["ts"] + r["dur"]) / 1e9 for r in rows if r.get("phase") == "wait"
+                and r.get("what") == "start_barrier"]
+        if ends:
+            out[f.stem] = ends[0]
+    return out
+
+
+def test_bsp_and_gsyn_across_two_servers_arrive_complete_on_one_clock(standins, tmp_path):
+    spec = write(tmp_path, SPEC, "spread.yaml")
+    cluster = write(tmp_path, standins.cluster(placement=PLACEMENT))
+    r = run_cli("run", str(spec), "--cluster", str(cluster), "--results", str(tmp_path / "results"), "--json",
+                timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    out = json.loads(r.stdout)
+    trials = [Path(t["dir"]) for t in out["trials"]]
+    assert len(trials) == 2
+    for trial in trials:
+        m = json.loads((trial / "manifest.json").read_text())
+        assert m["status"] == "ok", m["reason"]
+        names = {p["name"] for p in m["processes"]}
+        assert {n.split(".")[0] for n in names} >= {"a-h1", "b-h1", "c-h1"}
+        assert all(p["returncode"] == 0 for p in m["processes"]), m["processes"]
+        # every process's records are here, the stand-in's fetched: spans, process record, log
+        for n in names:
+            assert (trial / "events" / f"{n}.jsonl").stat().st_size > 0, n
+            assert (trial / "procs" / f"{n}.json").exists(), n
+            assert (trial / "logs" / f"{n}.log").exists(), n
+        # the stand-in's clock offset was measured and corrected: every process left the start barrier
+        # within the network's round trips of the others (uncorrected, the stand-in's read 250 ms late)
+        c = m["cluster"]
+        assert abs(c["clock_offsets_ns"]["s2"] - OFFSET_S * 1e9) < 2e6, c["clock_offsets_ns"]
+        ends = barrier_ends_s(trial)
+        assert set(ends) == names, (set(ends), names)
+        spread = max(ends.values()) - min(ends.values())
+        print(f"MEASURED {m['label']}: start barrier released {len(ends)} processes within {spread * 1e3:.1f} ms "
+              f"(stand-in clock {c['clock_offsets_ns']['s2'] / 1e6:+.3f} ms, corrected)")
+        assert spread < 0.1, ends
+        # the self-test across servers: read back on both, RTT over the tunnelled link
+        st = m["selftest"]
+        assert st["error"] is None and st["faithful"], st
+        assert {ch["extra"].get("server") for ch in st["checks"] if ch["kind"] == "queue_limit"} == {"s1", "s2"}
+        # the launcher's part was sampled: its tunnel end carried the training's bytes
+        links = [json.loads(ln) for ln in (trial / "samples" / "links.jsonl").read_text().splitlines()]
+        tx = [x["tx_bytes"] for x in links if x.get("link") == "a->b"]
+        assert tx and tx[-1] - tx[0] > 100_000, tx[:3]
+        # one merged trace, valid
+        problems = validate_trace(load_trace(next(trial.glob("trace.json*"))))
+        assert problems == [], problems[:5]
+    # nothing left on either server: namespaces, processes, the stand-in's scratch directory
+    assert local_namespaces() == []
+    assert s2_state(standins) == {}
+    ps = on_s2(standins, "ps ax -o args").stdout
+    assert "until-eof" not in ps and "testbed.training" not in ps, ps
+    assert not Path("/var/tmp/geo-testbed-trials/s2").exists() or not any(Path("/var/tmp/geo-testbed-trials/s2").iterdir())
+
+
+def test_what_trials_across_servers_do_not_do_yet_is_refused_before_anything_is_built(standins, tmp_path):
+    cluster = write(tmp_path, standins.cluster(placement=PLACEMENT))
+    (tmp_path / "s.csv").write_text("time,link,rate,delay,jitter,loss,state\n3,b->c,20Mbit,,,,\n")
+    sched = dict(SPEC, schedule=str(tmp_path / "s.csv"))
+    r = run_cli("run", str(write(tmp_path, sched, "s.yaml")), "--cluster", str(cluster), timeout=60)
+    assert r.returncode == 2 and "schedule" in r.stderr and "across servers" in r.stderr, r.stderr
+    shape = dict(standins.cluster(placement=PLACEMENT), mode="shape")
+    r = run_cli("run", str(write(tmp_path, SPEC, "p.yaml")), "--cluster", str(write(tmp_path, shape, "c2.yaml")),
+                timeout=60)
+    assert r.returncode == 2 and "mode" in r.stderr, r.stderr
+    assert local_namespaces() == [] and s2_state(standins) == {}
