@@ -248,6 +248,10 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
         if memory:
             manifest["memory"] = memory
         result = _result(res, monitor, scheme.label, rep, trial_dir, procs, memory)
+        if spec.cluster is not None and result.status != "ok":  # ssh's own status for a lost connection
+            lost = sorted({net.view.server_of(p.host) for p in procs if p.returncode == 255 and not net.is_local(p.host)})
+            if lost:
+                result.reason += f" | status 255 is ssh's: the connection to {', '.join(lost)} was lost"
         if result.status != "ok" and net.links_down:  # the likely cause of a collective's timeout: say so
             now = time.monotonic()
             result.reason += " | WAN link down at the time: " + ", ".join(

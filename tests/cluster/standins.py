@@ -125,20 +125,33 @@ class StandInServers:
             f"PidFile none\nStrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\n"
             f"PasswordAuthentication no\nKbdInteractiveAuthentication no\nSetEnv {env}\n"
             f"MaxSessions 64\nMaxStartups 64\n")
+        self._launch(s)
+        # pin the host key for the client
+        pub = (d / "host_key.pub").read_text().split()
+        with open(self.known_hosts, "a") as f:
+            f.write(f"{s.address} {pub[0]} {pub[1]}\n")
+
+    def _launch(self, s: StandIn) -> None:
+        """Start the stand-in's sshd (its config made by ``_sshd``)."""
+        d = self.workdir / s.name
         # own mount + PID namespaces, with private run-time directories: the server's own view
         # /run as a whole, not only its testbed directories: a directory mounted over in another mount
         # namespace is detached when the launcher removes it (rmdir), which would merge the two views
         inner = ("mount --make-rprivate / && mount -t tmpfs tbsrv /run && mkdir -p /run/netns /run/sshd && "
                  f"exec /usr/sbin/sshd -D -e -f {d}/sshd_config")
-        with open(d / "sshd.log", "wb") as log:
+        with open(d / "sshd.log", "ab") as log:
             s.proc = subprocess.Popen(["ip", "netns", "exec", s.netns, "unshare", "--mount", "--pid", "--fork",
                                        "--mount-proc", "sh", "-c", inner], stdout=log, stderr=subprocess.STDOUT,
                                       start_new_session=True)
         s.pid = s.proc.pid
-        # pin the host key for the client
-        pub = (d / "host_key.pub").read_text().split()
-        with open(self.known_hosts, "a") as f:
-            f.write(f"{s.address} {pub[0]} {pub[1]}\n")
+
+    def restart_sshd(self, name: str) -> None:
+        """A server that disappeared comes back: a fresh sshd in fresh mount and PID namespaces (what ran there
+        before went with the old ones, as with a reboot; its network namespace and address stay)."""
+        s = next(s for s in self.servers if s.name == name)
+        self.kill_sshd(name)
+        self._launch(s)
+        self._wait()
 
     def _wait(self, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout

@@ -113,3 +113,47 @@ def test_what_trials_across_servers_do_not_do_yet_is_refused_before_anything_is_
                 timeout=60)
     assert r.returncode == 2 and "mode" in r.stderr, r.stderr
     assert local_namespaces() == [] and s2_state(standins) == {}
+
+
+def test_a_server_that_disappears_mid_trial_fails_it_with_the_reason_and_the_rest_is_cleaned(standins, tmp_path):
+    """The stand-in's sshd (and with it everything that server ran: its PID namespace's init) dies while its
+    trainers run.  The trial fails within seconds, naming a trainer there; the launcher's part goes down; the
+    server is reported not taken down.  Once it is back, `net down --cluster` leaves nothing anywhere."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO, cli_env
+
+    long = dict(SPEC, timeout="300s", schemes=[SPEC["schemes"][0]],
+                training=dict(SPEC["training"], stop={"steps": 100000}))
+    cluster = write(tmp_path, standins.cluster(placement=PLACEMENT))
+    p = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(write(tmp_path, long, "long.yaml")),
+                          "--cluster", str(cluster), "--results", str(tmp_path / "results"), "--json"],
+                         cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while "testbed.training.worker" not in on_s2(standins, "ps ax -o args").stdout:
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+            time.sleep(0.5)
+        time.sleep(3.0)  # training under way
+        t_kill = time.monotonic()
+        standins.kill_sshd("s2")
+        out, err = p.communicate(timeout=120)
+        took = time.monotonic() - t_kill
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 1, err[-3000:]
+    (trial,) = json.loads(out)["trials"]
+    m = json.loads((Path(trial["dir"]) / "manifest.json").read_text())
+    print(f"MEASURED server gone mid-trial: trial ended {took:.1f} s after; reason {trial['reason'][:200]!r}; "
+          f"teardown {m.get('teardown_error', '')[:200]!r}")
+    assert trial["status"] == "failed" and took < 60
+    assert "status 255" in trial["reason"] and "the connection to s2 was lost" in trial["reason"] and ("b-h1" in trial["reason"] or "c-h1" in trial["reason"])
+    assert "s2" in m["teardown_error"] and "not taken down" in m["teardown_error"]
+    assert local_namespaces() == []  # the launcher's part went down regardless
+    standins.restart_sshd("s2")
+    d = run_cli("net", "down", "--cluster", str(cluster), timeout=120)
+    assert d.returncode == 0, d.stderr
+    assert s2_state(standins) == {} and local_namespaces() == []
