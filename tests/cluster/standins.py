@@ -246,3 +246,27 @@ def s2_state(standins) -> dict[str, list[str]]:
 def local_namespaces() -> list[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return sorted(ln.split()[0] for ln in out.splitlines() if ln.startswith("tb-"))
+
+
+# ---------------------------------------------------------------- a line of three DCs on two servers
+#: a on the launcher (s1); b and c on the stand-in (s2).  a-b crosses servers (a tunnel), b-c does not: the
+#: same shape on both, so the tunnel is held against a same-server link
+LINE = {"name": "line3", "defaults": {"hosts": 1, "lan": {"rate": "1Gbit"}},
+        "dcs": ["a", "b", "c"],
+        "links": [{"a": "a", "b": "b", "rate": "50Mbit", "delay": "5ms"},
+                  {"a": "b", "b": "c", "rate": "50Mbit", "delay": "5ms"}]}
+PLACEMENT = {"a": "s1", "b": "s2", "c": "s2"}
+
+
+def running(workdir: Path, count: int = 1, **kw: object):
+    """A module's stand-ins (a pytest fixture's body: ``yield from running(...)``): skipped where they cannot
+    run; at the end every server's testbed is taken down over ssh, then the stand-ins go."""
+    from tests.conftest import run_cli
+
+    require()
+    s = StandInServers(workdir, count, **kw).start()  # type: ignore[arg-type]
+    try:
+        yield s
+    finally:
+        run_cli("net", "down", "--cluster", str(write(s.workdir, s.cluster())), timeout=120)
+        s.stop()

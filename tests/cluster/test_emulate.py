@@ -15,11 +15,12 @@ import sys
 import pytest
 
 from tests.cluster.standins import (
-    StandInServers,
+    LINE,
+    PLACEMENT,
     local_namespaces,
     min_rtt_ms,
     on_s2,
-    require,
+    running,
     s2_state,
     s2_testbed,
     write,
@@ -29,22 +30,10 @@ from traffic_control.shape import tcp_payload_fraction
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
-# a line of three DCs: a on the launcher (s1); b and c on the stand-in (s2).  a-b crosses servers (a
-# tunnel), b-c does not: the same shape on both, so the tunnel is held against a same-server link
-LINE = {"name": "line3", "defaults": {"hosts": 1, "lan": {"rate": "1Gbit"}},
-        "dcs": ["a", "b", "c"],
-        "links": [{"a": "a", "b": "b", "rate": "50Mbit", "delay": "5ms"},
-                  {"a": "b", "b": "c", "rate": "50Mbit", "delay": "5ms"}]}
-PLACEMENT = {"a": "s1", "b": "s2", "c": "s2"}
-
 
 @pytest.fixture(scope="module")
 def standins(tmp_path_factory):
-    require()
-    s = StandInServers(tmp_path_factory.mktemp("emulate"), 1).start()
-    yield s
-    run_cli("net", "down", "--cluster", str(write(s.workdir, s.cluster())), timeout=120)
-    s.stop()
+    yield from running(tmp_path_factory.mktemp("emulate"), 1)
 
 
 def iperf_bps(standins, sender_on_s2: bool, sender: str, port: int) -> float:

@@ -14,18 +14,22 @@ import pytest
 
 from testbed.collect.records import read_jsonl
 from testbed.collect.trace import load_trace, validate_trace
-from tests.cluster.standins import StandInServers, local_namespaces, on_s2, require, s2_state, write
+from tests.cluster.standins import (
+    LINE,
+    PLACEMENT,
+    local_namespaces,
+    on_s2,
+    running,
+    s2_state,
+    write,
+)
 from tests.conftest import run_cli
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.torch]
 
 OFFSET_S = 0.25
 # workers a-h1 (launcher), b-h1 and c-h1 (stand-in); the parameter server in b, on the stand-in
-TOPO = {"name": "line3", "defaults": {"hosts": 1, "lan": {"rate": "1Gbit"}}, "ps": "b",
-        "dcs": ["a", "b", "c"],
-        "links": [{"a": "a", "b": "b", "rate": "50Mbit", "delay": "5ms"},
-                  {"a": "b", "b": "c", "rate": "50Mbit", "delay": "5ms"}]}
-PLACEMENT = {"a": "s1", "b": "s2", "c": "s2"}
+TOPO = dict(LINE, ps="b")
 SPEC = {"name": "spread", "topology": TOPO, "impairment": "auto", "timeout": "240s",
         "training": {"workload": {"name": "digits"}, "stop": {"steps": 15}, "eval_every": 5},
         "schemes": [{"label": "bsp", "scheme": {"name": "bsp"}}, {"label": "gsyn", "scheme": {"name": "gsyn"}}],
@@ -34,11 +38,7 @@ SPEC = {"name": "spread", "topology": TOPO, "impairment": "auto", "timeout": "24
 
 @pytest.fixture(scope="module")
 def standins(tmp_path_factory):
-    require()
-    s = StandInServers(tmp_path_factory.mktemp("trials"), 1, clock_offsets_s=(OFFSET_S,)).start()
-    yield s
-    run_cli("net", "down", "--cluster", str(write(s.workdir, s.cluster())), timeout=120)
-    s.stop()
+    yield from running(tmp_path_factory.mktemp("trials"), 1, clock_offsets_s=(OFFSET_S,))
 
 
 def barrier_ends_s(trial: Path) -> dict[str, float]:

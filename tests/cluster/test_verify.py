@@ -14,10 +14,11 @@ import pytest
 
 from tests.cluster.standins import (
     LAUNCHER_IF,
-    StandInServers,
+    LINE,
+    PLACEMENT,
     local_namespaces,
     on_s2,
-    require,
+    running,
     s2_state,
     write,
 )
@@ -25,21 +26,10 @@ from tests.conftest import run_cli
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
-# a on the launcher (s1), b and c on the stand-in (s2): a-b is a tunnel, b-c a same-server link
-LINE = {"name": "line3", "defaults": {"hosts": 1, "lan": {"rate": "1Gbit"}},
-        "dcs": ["a", "b", "c"],
-        "links": [{"a": "a", "b": "b", "rate": "50Mbit", "delay": "5ms"},
-                  {"a": "b", "b": "c", "rate": "50Mbit", "delay": "5ms"}]}
-PLACEMENT = {"a": "s1", "b": "s2", "c": "s2"}
-
 
 @pytest.fixture(scope="module")
 def standins(tmp_path_factory):
-    require()
-    s = StandInServers(tmp_path_factory.mktemp("verify"), 1).start()
-    yield s
-    run_cli("net", "down", "--cluster", str(write(s.workdir, s.cluster())), timeout=120)
-    s.stop()
+    yield from running(tmp_path_factory.mktemp("verify"), 1)
 
 
 def verify(standins, tmp_path, topo: dict, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict]:
