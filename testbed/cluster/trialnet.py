@@ -123,7 +123,7 @@ class ClusterTrialNetwork:
         self._halt.set()
         problems = []
         try:
-            for server, d in self.scratch.items():
+            for server, d in (self.scratch.items() if self.view is not None else ()):  # up failed: nothing ran
                 try:
                     self._fetch(server, d)
                 except Exception as e:  # the other servers' records still come back, every part still goes

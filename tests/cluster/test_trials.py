@@ -115,6 +115,20 @@ def test_what_trials_across_servers_do_not_do_yet_is_refused_before_anything_is_
     assert local_namespaces() == [] and s2_state(standins) == {}
 
 
+def test_a_trial_whose_network_cannot_be_built_across_servers_fails_with_the_server_named(standins, tmp_path):
+    """A third server that does not answer: the trial fails before any trainer starts, naming it; the other
+    servers hold nothing afterwards."""
+    spec = standins.cluster(placement={"a": "s1", "b": "s2", "c": "gone"}, connect_timeout=2)
+    spec["servers"].append({"name": "gone", "address": "10.231.0.99"})
+    r = run_cli("run", str(write(tmp_path, dict(SPEC, schemes=[SPEC["schemes"][0]]), "one.yaml")), "--cluster",
+                str(write(tmp_path, spec)), "--results", str(tmp_path / "results"), "--json", timeout=300)
+    assert r.returncode == 1, r.stderr[-3000:]
+    (trial,) = json.loads(r.stdout)["trials"]
+    assert trial["status"] == "failed" and "server gone" in trial["reason"] and "10.231.0.99" in trial["reason"]
+    assert "records not fetched" not in r.stderr  # nothing ran, so nothing was fetched
+    assert local_namespaces() == [] and s2_state(standins) == {}
+
+
 def test_a_server_that_disappears_mid_trial_fails_it_with_the_reason_and_the_rest_is_cleaned(standins, tmp_path):
     """The stand-in's sshd (and with it everything that server ran: its PID namespace's init) dies while its
     trainers run.  The trial fails within seconds, naming a trainer there; the launcher's part goes down; the
