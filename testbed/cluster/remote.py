@@ -13,6 +13,7 @@ unless the user's ssh configuration says otherwise (a new server's key is record
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -47,11 +48,14 @@ class Remote:
         self.control_dir = Path(control_dir or tempfile.mkdtemp(prefix="testbed-ssh-"))
 
     # ---------------------------------------------------------------- ssh
-    def ssh_args(self) -> list[str]:
+    def ssh_args(self, shared: bool = True) -> list[str]:
+        """``shared=False``: a connection of its own, not through the master (a long-lived command whose life
+        must not hang on the master's: a trainer, a measurement's server process)."""
         s = self.server
+        mux = (["-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_dir}/%C", "-o", "ControlPersist=120"]
+               if shared else ["-o", "ControlMaster=no", "-o", "ControlPath=none"])
         args = [SSH, "-p", str(s.port), "-o", "BatchMode=yes", "-o", f"ConnectTimeout={int(self.connect_timeout)}",
-                "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
-                "-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_dir}/%C", "-o", "ControlPersist=120",
+                "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", *mux,
                 "-o", "StrictHostKeyChecking=accept-new", "-o", "LogLevel=ERROR"]
         if s.identity:
             args += ["-i", s.identity, "-o", "IdentitiesOnly=yes"]
@@ -59,10 +63,10 @@ class Remote:
             args += ["-o", f"UserKnownHostsFile={self.known_hosts}"]
         return args + [s.target]
 
-    def command(self, argv: list[str] | str) -> list[str]:
+    def command(self, argv: list[str] | str, shared: bool = True) -> list[str]:
         """The ssh command line that runs ``argv`` (a list is quoted for the remote shell)."""
         remote = argv if isinstance(argv, str) else shlex.join(argv)
-        return self.ssh_args() + ["--", remote]
+        return self.ssh_args(shared) + ["--", remote]
 
     def run(self, argv: list[str] | str, *, timeout: float = 60.0, input: str | None = None,
             check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -107,10 +111,8 @@ class Remote:
     def close(self) -> None:
         """End the master connection and remove its socket directory."""
         subprocess.run(self.ssh_args()[:-1] + ["-O", "exit", self.server.target], capture_output=True, timeout=10)
-        if self._own_dir:
-            for p in self.control_dir.iterdir():
-                p.unlink(missing_ok=True)
-            self.control_dir.rmdir()
+        if self._own_dir:  # a master another thread started meanwhile may have left its socket: removed too
+            shutil.rmtree(self.control_dir, ignore_errors=True)
 
     def __enter__(self) -> Remote:
         return self

@@ -121,6 +121,8 @@ class ClusterTrialNetwork:
     def stop(self) -> None:
         """Fetch every remote server's records, remove its scratch directory, take every part down."""
         self._halt.set()
+        if self._poller is not None:  # no progress read may open a connection while they are being closed
+            self._poller.join(timeout=60)
         problems = []
         try:
             for server, d in (self.scratch.items() if self.view is not None else ()):  # up failed: nothing ran
@@ -130,10 +132,12 @@ class ClusterTrialNetwork:
                     problems.append(f"{server}: records not fetched: {e}")
                     self.log(f"cluster: {problems[-1]}")
         finally:
-            if self.view is not None:
-                self.view.close()
-            out = launch.down(self.cluster, log=self.log)
-            problems += [f"{s}: not taken down: {r.get('error')}" for s, r in out.items() if not r.get("ok")]
+            try:
+                if self.view is not None:
+                    self.view.close()
+            finally:  # every part goes down whatever closing the connections did
+                out = launch.down(self.cluster, log=self.log)
+                problems += [f"{s}: not taken down: {r.get('error')}" for s, r in out.items() if not r.get("ok")]
         if problems:
             raise RuntimeError("; ".join(problems))
 

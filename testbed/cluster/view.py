@@ -108,8 +108,10 @@ class ClusterNetwork:
         r, w = os.pipe()
         self._pipes.append(w)
         try:
+            # its own connection: a command that lives long (a trainer) must not end with the shared master
             return subprocess.Popen(self.remote(where).command(
-                remote_testbed(server, ["net", "exec", "--until-eof", node, "--", *argv])), stdin=r, **kw)
+                remote_testbed(server, ["net", "exec", "--until-eof", node, "--", *argv]), shared=False),
+                stdin=r, **kw)
         finally:
             os.close(r)
 

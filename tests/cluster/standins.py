@@ -150,7 +150,15 @@ class StandInServers:
         before went with the old ones, as with a reboot; its network namespace and address stay)."""
         s = next(s for s in self.servers if s.name == name)
         self.kill_sshd(name)
-        self._launch(s)
+        # the old PID namespace's processes die asynchronously, and while one holds the listening socket the
+        # new sshd's bind fails ("Address already in use"): start it again until it binds
+        deadline = time.monotonic() + 30
+        while True:
+            self._launch(s)
+            time.sleep(0.5)
+            if s.proc is not None and s.proc.poll() is None:
+                break
+            assert time.monotonic() < deadline, (self.workdir / s.name / "sshd.log").read_text()[-500:]
         self._wait()
 
     def _wait(self, timeout: float = 20.0) -> None:
