@@ -153,7 +153,8 @@ class ClusterTrialNetwork:
 
     # ---------------------------------------------------------------- nodes
     def is_local(self, node: str) -> bool:
-        return self.placement.assignment[self.plan.nodes[node].dc] == self.cluster.launcher
+        assert self.view is not None, "after start()"
+        return self.view.is_local(node)
 
     def netns(self, node: str) -> str:
         from testbed.network import naming
@@ -182,7 +183,6 @@ class ClusterTrialNetwork:
     def popen_trainer(self, node: str, argv: list[str], *, env: dict[str, str], **kw: Any) -> Any:
         if self.is_local(node):
             return self._local.popen_trainer(node, argv, env=env, **kw)
-        assert self.view is not None
         server = self.view.server_of(node)
         job_path = Path(argv[-1])
         job = json.loads(job_path.read_text())

@@ -63,7 +63,7 @@ def verify(view: ClusterNetwork, seconds: float = 3.0, pings: int = 20,
     checks = part_checks(view, say_plain)
 
     def add(net: Any, dc: str) -> str:
-        if not view.is_local(dc):
+        if view.placement.assignment[dc] != view.cluster.launcher:
             raise ProbeUnavailable(f"DC {dc} has no hosts and is on server {view.placement.assignment[dc]}: a "
                                    "temporary probe endpoint is only made on the launcher so far (place the DC "
                                    "there, or give it a host)")

@@ -77,8 +77,9 @@ class ClusterNetwork:
         dc = self.extra[node] if node in self.extra else self.plan.nodes[node].dc
         return self.placement.assignment[dc]
 
-    def is_local(self, dc: str) -> bool:
-        return self.placement.assignment[dc] == self.cluster.launcher
+    def is_local(self, node: str) -> bool:
+        """Whether ``node`` (or a temporary node in :attr:`extra`) is on the launcher."""
+        return self.server_of(node) == self.cluster.launcher
 
     def local(self) -> Any:
         """The launcher's own part, attached (its nodes' commands run through it)."""
@@ -97,9 +98,9 @@ class ClusterNetwork:
     def popen(self, node: str, argv: list[str], **kw: Any) -> subprocess.Popen[Any]:
         """Start ``argv`` in ``node``'s namespace on its own server.  Remote: ssh runs ``net exec --until-eof``
         with its stdin on a pipe held open here, so the command lives while this process and its ssh do."""
-        where = self.server_of(node)
-        if where == self.cluster.launcher:
+        if self.is_local(node):
             return self.local().popen(node, argv, **kw)
+        where = self.server_of(node)
         if kw.pop("env", None) is not None:
             raise ValueError("a remote node's command takes no env here (its server's own is used)")
         kw.pop("preexec_fn", None)
