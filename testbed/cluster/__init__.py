@@ -16,11 +16,14 @@ Layers, each its own module:
 * :mod:`.verify` -- ``net verify --cluster``: the one-machine measurements across servers, each server's
   read-back;
 * :mod:`.trialnet` -- a trial's network across servers: trainers over ssh, records fetched back, clocks
-  corrected.
+  corrected;
+* :mod:`.shaping` -- shape mode's plan: one server per DC with hosts, one shaped path per DC pair;
+* :mod:`.shaper` -- shape mode on one server: its own traffic to each other DC through a shaping namespace.
 
 Built so far: the cluster file, placement, reachability and clock checks (``testbed cluster place | check``),
 emulate mode's network (``testbed net up | down | verify --cluster``) and trials across it (``testbed run
---cluster``).  Sweeps across servers, ``net set`` on a tunnelled link, docker hosts, schedules and cross
-traffic across servers, and shape mode are not built yet; the README's "Several servers" section says what
+--cluster``); shape mode's network (``net up | down | verify --cluster``, ``net exec SERVER``).  Sweeps
+across servers, trials in shape mode, ``net set`` on a tunnelled link, docker hosts, schedules and cross
+traffic across servers are not built yet; the README's "Several servers" section says what
 is and is not there.
 """

@@ -20,6 +20,8 @@ def cmd_place(args: argparse.Namespace) -> int:
 
     cluster = load(args.cluster)
     topo = load_topology(args.topology)
+    if cluster.mode == "shape":
+        return _place_shape(topo, cluster, args.json)
     p = place(topo, cluster)
     if args.json:
         print(json.dumps({"topology": topo.name, "mode": cluster.mode, **p.to_dict()}, indent=2))
@@ -39,6 +41,24 @@ def cmd_place(args: argparse.Namespace) -> int:
               f"({p.cut_rate_bps / 1e6:.0f} Mbit/s both ways in all)")
     else:
         print("  no WAN link crosses servers")
+    return 0
+
+
+def _place_shape(topo: Any, cluster: Any, as_json: bool) -> int:
+    """``cluster place`` in shape mode: which server is which DC, and every shaped path."""
+    from . import shaping
+
+    plans = shaping.plan(topo, cluster)
+    if as_json:
+        print(json.dumps({"topology": topo.name, "mode": "shape",
+                          "servers": {n: p.to_dict() for n, p in plans.items()}}, indent=2))
+        return 0
+    print(f"{topo.name} on {len(cluster.servers)} server(s), mode shape (each server is one DC's host):")
+    for line in shaping.describe(plans):
+        print(f"  {line}")
+    idle = [s.name for s in cluster.servers if s.name not in plans]
+    if idle:
+        print(f"  not used: {', '.join(idle)}")
     return 0
 
 
@@ -123,6 +143,23 @@ def cmd_part_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_shape_up(args: argparse.Namespace) -> int:
+    """Run by the launcher over ssh in shape mode: shape this server's egress (JSON on stdin), report JSON."""
+    from topologies.model import from_dict as topology
+
+    from .launch import check_same_code
+    from .shaper import up
+    from .shaping import ServerShaping
+
+    req = json.loads(sys.stdin.read())
+    check_same_code(req.get("code"))
+    rep = up(topology(req["topology"]), ServerShaping.from_dict(req["shaping"]), impairment=req["impairment"],
+             allow_missing_netem=req["allow_missing_netem"], seed=req["seed"],
+             log=lambda m: print(m, file=sys.stderr, flush=True))
+    print(json.dumps(rep))
+    return 0
+
+
 def cmd_part_check(args: argparse.Namespace) -> int:
     """Run by ``net verify --cluster`` over ssh: this server's read-back checks of its part, JSON on stdout."""
     from .verify import part_check_json
@@ -156,6 +193,9 @@ def register(sub: Any) -> None:
     pu = csub.add_parser("part-up", help="(run by `net up --cluster` over ssh) build this server's part of a "
                                          "network from JSON on stdin")
     pu.set_defaults(func=cmd_part_up)
+    su = csub.add_parser("shape-up", help="(run by `net up --cluster` over ssh, shape mode) shape this server's "
+                                         "egress to the other DCs from JSON on stdin")
+    su.set_defaults(func=cmd_shape_up)
     pc = csub.add_parser("part-check", help="(run by `net verify --cluster` over ssh) read this server's part back: "
                                             "daemons alive, wire-sized packets, queue limits; JSON")
     pc.set_defaults(func=cmd_part_check)

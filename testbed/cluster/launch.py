@@ -78,6 +78,9 @@ def up(topo: Topology, cluster: Cluster, *, impairment: str = "auto", allow_miss
     """Build every server's part; returns what each reported.  On failure, every part built is removed."""
     from testbed.network.emulation import EmulatedNetwork
 
+    if cluster.mode == "shape":
+        return up_shape(topo, cluster, impairment=impairment, allow_missing_netem=allow_missing_netem, seed=seed,
+                        log=log)
     placement = place(topo, cluster)
     each = parts(topo, cluster, placement)
     check_checkouts(cluster, [name for name in each if name != cluster.launcher], log)
@@ -120,6 +123,57 @@ def up(topo: Topology, cluster: Cluster, *, impairment: str = "auto", allow_miss
     return report
 
 
+def up_shape(topo: Topology, cluster: Cluster, *, impairment: str = "auto", allow_missing_netem: bool = False,
+             seed: int | None = None, log: Callable[[str], None] = _say) -> dict[str, Any]:
+    """Shape mode: every server that is a DC shapes its own egress (:mod:`.shaper`); same report shape as
+    :func:`up`, with ``mode: shape`` and each server's shaping.  On failure, every server is cleaned."""
+    from . import shaper, shaping
+
+    plans = shaping.plan(topo, cluster)
+    remote = [name for name in plans if name != cluster.launcher]
+    check_checkouts(cluster, remote, log)
+    report: dict[str, Any] = {"mode": "shape", "placement": {"assignment": {p.dc: n for n, p in plans.items()}},
+                              "shaping": {n: p.to_dict() for n, p in plans.items()}, "servers": {}}
+    t0 = time.monotonic()
+    done: list[str] = []
+    try:
+        done.extend(plans)
+        errors: list[BaseException] = []
+        with ThreadPoolExecutor(max_workers=max(1, min(16, len(remote)))) as pool:
+            futures = {name: pool.submit(_shape_remote, topo, cluster, plans[name], impairment, allow_missing_netem,
+                                         seed, log) for name in remote}
+            if cluster.launcher in plans:
+                try:
+                    report["servers"][cluster.launcher] = shaper.up(
+                        topo, plans[cluster.launcher], impairment=impairment,
+                        allow_missing_netem=allow_missing_netem, seed=seed, log=log)
+                except Exception as e:
+                    errors.append(e)
+            for name, fut in futures.items():
+                try:
+                    report["servers"][name] = fut.result()
+                except Exception as e:
+                    errors.append(e)
+        if errors:
+            raise errors[0]
+    except BaseException:
+        log("a server's shaping failed: cleaning every server")
+        down(cluster, only=done, log=log)
+        raise
+    report["up_s"] = time.monotonic() - t0
+    return report
+
+
+def _shape_remote(topo: Topology, cluster: Cluster, plan: Any, impairment: str, allow_missing_netem: bool,
+                  seed: int | None, log: Callable[[str], None]) -> dict[str, Any]:
+    """One remote server's shaping, built by ``testbed cluster shape-up`` over ssh; its report with its clock."""
+    server = cluster.server(plan.server)
+    log(f"{plan.server}: shaping DC {plan.dc}'s egress to {len(plan.egress)} DC(s) over ssh")
+    payload = json.dumps({"topology": topo.to_dict(), "shaping": plan.to_dict(), "impairment": impairment,
+                          "allow_missing_netem": allow_missing_netem, "seed": seed, "code": code_state()})
+    return _remote_build(cluster, server, ["cluster", "shape-up"], payload)
+
+
 def _build_remote(topo: Topology, cluster: Cluster, part: Part, impairment: str, allow_missing_netem: bool,
                   with_ps: bool, seed: int | None, log: Callable[[str], None]) -> dict[str, Any]:
     """One remote server's part, built by ``testbed cluster part-up`` over ssh; its report."""
@@ -129,8 +183,15 @@ def _build_remote(topo: Topology, cluster: Cluster, part: Part, impairment: str,
     payload = json.dumps({"topology": topo.to_dict(), "part": part.to_dict(), "impairment": impairment,
                           "allow_missing_netem": allow_missing_netem, "with_ps": with_ps, "seed": seed,
                           "code": code_state()})
+    return _remote_build(cluster, server, ["cluster", "part-up"], payload)
+
+
+def _remote_build(cluster: Cluster, server: Server, args: list[str], payload: str) -> dict[str, Any]:
+    """Run a builder (``cluster part-up`` / ``shape-up``) on ``server`` with ``payload`` on its stdin; its JSON
+    report, with the server's clock offset measured once it is up."""
+    name = server.name
     with Remote(server, cluster) as r:
-        cp = r.run(remote_testbed(server, ["cluster", "part-up"], owned=True), input=payload, timeout=600, check=False)
+        cp = r.run(remote_testbed(server, args, owned=True), input=payload, timeout=600, check=False)
     if cp.returncode == 2:  # bad input found there before anything was built (e.g. a tunnel's MTU)
         raise ValidationError(f"servers[{cluster.names.index(name)}]", f"{name}: {tail_of(cp.stderr, 1)}",
                               "see the message (checked on that server)")

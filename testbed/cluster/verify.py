@@ -7,6 +7,11 @@ runs on its node's server and the iperf3 server on the other's.  What is read ba
 alive, wire-sized packets, queue limits) is read on each server by ``testbed cluster part-check`` over ssh
 (here, directly), each server for its own interfaces and its own end of every tunnel.
 
+Shape mode (:func:`verify_shape`): the servers themselves are the endpoints.  For every pair of DCs, the
+minimum RTT between their servers against the path's round trip, and iperf3 goodput each way against the
+path's rate, both from the servers' own namespaces (where the trainers run); and each server's shaper read
+back from its kernel (the report its ``shape-up`` returned).
+
 Not measured yet across servers: the one-way delay rows (``--delays``: they compare send and receive stamps,
 which on two servers differ by the clocks' offset), and goodput to or from a DC without hosts on another
 server (its temporary probe endpoint is made on this machine only): both said, never silently left out.
@@ -31,7 +36,7 @@ from testbed.network.verify import remove_probe as remove_local_probe
 
 from .launch import remote_testbed, tail_of
 from .remote import RemoteError
-from .view import ClusterNetwork
+from .view import ClusterNetwork, ServerNetwork
 
 
 def part_checks(view: ClusterNetwork, log: Callable[[str], None]) -> list[Check]:
@@ -108,4 +113,81 @@ def self_test(view: ClusterNetwork, log: Callable[[str], None] | None = None) ->
     if log is not None:
         log(f"self-test across servers: {'ok' if out.faithful else 'NETWORK NOT AS SPECIFIED'} in "
             f"{out.seconds:.1f} s" + ("" if out.faithful else ": " + "; ".join(out.problems)))
+    return out
+
+
+def verify_shape(view: ServerNetwork, report: dict[str, Any], seconds: float = 3.0, pings: int = 20,
+                 log: Callable[[str], None] | None = None) -> list[Check]:
+    """Shape mode's checks (module docstring): shapers read back, RTT per DC pair, goodput per direction."""
+    from testbed.network.measure import iperf3
+    from testbed.network.verify import (
+        GOODPUT_MIN_RATIO,
+        RTT_TOLERANCE,
+        best_goodput,
+        min_rtt,
+        rtt_ok,
+    )
+    from traffic_control.shape import tcp_payload_fraction
+
+    say = log or (lambda m: None)
+    topo = view.topo
+    checks = shaper_checks(view, report)
+    servers = list(view.plans)
+    for i, a in enumerate(servers):
+        for b in servers[i + 1:]:
+            pa, pb = view.plans[a], view.plans[b]
+            expected = topo.path_delay(pa.dc, pb.dc) + topo.path_delay(pb.dc, pa.dc)
+            say(f"ping {pa.dc} ({a}) <-> {pb.dc} ({b}) ...")
+            pr, attempts = min_rtt(view, a, pb.address, expected, pings)
+            checks.append(Check("pair_rtt", f"{pa.dc}<->{pb.dc}", expected, pr.min_s, "s", RTT_TOLERANCE,
+                                "pass" if rtt_ok(pr.min_s, expected) else "fail",
+                                {"between": f"{a} -> {b}", "path": topo.path(pa.dc, pb.dc), "mean_s": pr.avg_s, "loss_pct": pr.loss_pct,
+                                 "attempts": attempts}))
+    for a in servers:
+        for e in view.plans[a].egress:
+            src = view.plans[a].dc
+            if not e.shape.rate_bps:
+                checks.append(Check("pair_goodput", f"{src}->{e.dst_dc}", None, None, "bit/s", "no rate to hold",
+                                    "skipped", {"reason": "the path has no rate limit"}))
+                continue
+            ideal = e.shape.rate_bps * tcp_payload_fraction(e.shape.mtu)
+            lossy = e.shape.expected_loss_pct > 0 or e.shape.corrupt_pct > 0 or (e.shape.jitter_s > 0
+                                                                                  and e.shape.reorder)
+
+            def measure(again: bool, a: str = a, e: Any = e, src: str = src) -> dict[str, Any]:
+                say(f"iperf3 {src}->{e.dst_dc} ({seconds:g} s, {a} -> {e.dst_server}" + (", again" if again else "")
+                    + ") ...")
+                return iperf3(view, a, e.dst_server, e.address, seconds=seconds)
+
+            res, attempts = best_goodput(measure, ideal, retry=not lossy)
+            ratio = res["bps"] / ideal
+            status = "info" if lossy else ("pass" if ratio >= GOODPUT_MIN_RATIO else "fail")
+            checks.append(Check("pair_goodput", f"{src}->{e.dst_dc}", ideal, res["bps"], "bit/s",
+                                f"measured/ideal >= {GOODPUT_MIN_RATIO} (ideal = path rate x TCP payload share)",
+                                status, {"ratio": ratio, "rate_bps": e.shape.rate_bps, "path": list(e.path),
+                                         "between": f"{a} -> {e.dst_server}", "retransmits": res.get("retransmits"),
+                                         "attempts": attempts}))
+    return checks
+
+
+def shaper_checks(view: ServerNetwork, report: dict[str, Any]) -> list[Check]:
+    """Each server's shaper as its kernel reported it at ``shape-up``: the HTB rate of every destination's
+    tree against the path's rate (a tree missing, or at another rate, fails)."""
+    out = []
+    for name, plan in view.plans.items():
+        applied = (report["servers"].get(name) or {}).get("applied") or {}
+        for e in plan.egress:
+            key = f"shape:sh-{e.dst_dc}"
+            tree = applied.get(key)
+            want = e.shape.rate_bps
+            if tree is None:
+                status, got = "fail", None
+            elif want:
+                got = (tree.get("shape") or {}).get("rate_bps")
+                status = "pass" if got is not None and abs(got - want) <= 0.01 * want else "fail"
+            else:
+                got, status = None, "pass"
+            out.append(Check("shaper", f"{plan.dc}->{e.dst_dc}", want, got, "bit/s", "HTB rate = path rate (1 %)",
+                             status, {"server": name, "interface": key,
+                                                                "shape": (tree or {}).get("shape")}))
     return out

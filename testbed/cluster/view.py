@@ -43,6 +43,37 @@ class Impairments:
         return {"backend": self.backend, "by_server": dict(self.by_server), "skipped": list(self.skipped)}
 
 
+def ssh_exec(remote: Remote, node: str, argv: list[str], pipes: list[int], **kw: Any) -> subprocess.Popen[Any]:
+    """``argv`` in ``node`` on ``remote``'s server: ssh runs ``net exec --until-eof`` with its stdin on a pipe
+    whose write end is kept in ``pipes``, so the command lives while this process and its ssh do."""
+    if kw.pop("env", None) is not None:
+        raise ValueError("a remote node's command takes no env here (its server's own is used)")
+    kw.pop("preexec_fn", None)
+    kw.pop("stdin", None)  # its stdin is the pipe that keeps it alive (the remote command's own is /dev/null)
+    r, w = os.pipe()
+    pipes.append(w)
+    try:
+        # its own connection: a command that lives long (a trainer) must not end with the shared master
+        return subprocess.Popen(remote.command(
+            remote_testbed(remote.server, ["net", "exec", "--until-eof", node, "--", *argv]), shared=False),
+            stdin=r, **kw)
+    finally:
+        os.close(r)
+
+
+def close_all(remotes: dict[str, Remote], pipes: list[int]) -> None:
+    """End every ssh connection (their remote commands with them) and the pipes that kept them alive."""
+    for w in pipes:
+        try:
+            os.close(w)
+        except OSError:
+            pass
+    pipes.clear()
+    for r in remotes.values():
+        r.close()
+    remotes.clear()
+
+
 @dataclass
 class ClusterNetwork:
     """A network up on several servers (``launch.up``), addressed as one."""
@@ -96,39 +127,55 @@ class ClusterNetwork:
         return self._remotes[server]
 
     def popen(self, node: str, argv: list[str], **kw: Any) -> subprocess.Popen[Any]:
-        """Start ``argv`` in ``node``'s namespace on its own server.  Remote: ssh runs ``net exec --until-eof``
-        with its stdin on a pipe held open here, so the command lives while this process and its ssh do."""
+        """Start ``argv`` in ``node``'s namespace on its own server (remote: :func:`ssh_exec`)."""
         if self.is_local(node):
             return self.local().popen(node, argv, **kw)
         where = self.server_of(node)
-        if kw.pop("env", None) is not None:
-            raise ValueError("a remote node's command takes no env here (its server's own is used)")
-        kw.pop("preexec_fn", None)
-        kw.pop("stdin", None)  # its stdin is the pipe that keeps it alive (the remote command's own is /dev/null)
-        server = self.cluster.server(where)
-        r, w = os.pipe()
-        self._pipes.append(w)
-        try:
-            # its own connection: a command that lives long (a trainer) must not end with the shared master
-            return subprocess.Popen(self.remote(where).command(
-                remote_testbed(server, ["net", "exec", "--until-eof", node, "--", *argv]), shared=False),
-                stdin=r, **kw)
-        finally:
-            os.close(r)
+        return ssh_exec(self.remote(where), node, argv, self._pipes, **kw)
 
     def close(self) -> None:
-        """End every ssh connection (their remote commands with them) and the pipes that kept them alive."""
-        for w in self._pipes:
-            try:
-                os.close(w)
-            except OSError:
-                pass
-        self._pipes.clear()
-        for r in self._remotes.values():
-            r.close()
-        self._remotes.clear()
+        close_all(self._remotes, self._pipes)
 
     def __enter__(self) -> ClusterNetwork:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class ServerNetwork:
+    """Shape mode's network, seen from the launcher: its nodes are the servers themselves (each one DC's host,
+    :mod:`.shaper`), named as in the cluster file; a node's command runs on that server, in its own
+    namespace (remote: ``net exec --until-eof SERVER`` over ssh, as for :class:`ClusterNetwork`)."""
+
+    topo: Topology
+    cluster: Cluster
+    plans: dict[str, Any]  # server -> shaping.ServerShaping
+    _remotes: dict[str, Remote] = field(default_factory=dict, repr=False)
+    _pipes: list[int] = field(default_factory=list, repr=False)
+
+    def server_of(self, node: str) -> str:
+        return node
+
+    def is_local(self, node: str) -> bool:
+        return node == self.cluster.launcher
+
+    def popen(self, node: str, argv: list[str], **kw: Any) -> subprocess.Popen[Any]:
+        if node not in self.plans:
+            raise KeyError(f"no server {node!r} in shape mode's plan")
+        if self.is_local(node):
+            from testbed.network.emulation import owned_env
+
+            return subprocess.Popen(argv, env=owned_env(node, kw.pop("env", None)), **kw)
+        if node not in self._remotes:
+            self._remotes[node] = Remote(self.cluster.server(node), self.cluster)
+        return ssh_exec(self._remotes[node], node, argv, self._pipes, **kw)
+
+    def close(self) -> None:
+        close_all(self._remotes, self._pipes)
+
+    def __enter__(self) -> ServerNetwork:
         return self
 
     def __exit__(self, *exc: object) -> None:

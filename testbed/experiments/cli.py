@@ -40,7 +40,8 @@ def load_cluster_for(spec: Any, path: str) -> Any:
     cluster = load_cluster(path)
     if cluster.mode != "emulate":
         raise ValidationError("mode", f"mode {cluster.mode!r}: trials across servers run in emulate mode only "
-                              "(shape mode is not built yet)", "write mode: emulate in the cluster file")
+                              "(trials in shape mode are not built yet; `net up | verify --cluster` shape it)",
+                              "write mode: emulate in the cluster file")
     place(spec.topology, cluster)
     refuse_unsupported(spec)
     return cluster

@@ -9,7 +9,8 @@ started with ``net exec`` or ``ip netns exec``), named namespaces ``tb-*``
 ``tb-<dc>-vp``; their links, bridges and rules go with them), root-namespace
 links ``tb-*`` (OVS switches only), cgroups ``tb-*``, capability-probe
 namespaces, userspace-impairment rules in the root namespace (library use),
-and the state directory.  The root namespace's firewall is never touched.
+shape mode's routing rule, table and marked FORWARD accepts (``testbed.cluster.shaper``),
+and the state directory.  Nothing else in the root namespace's firewall is touched.
 """
 
 from __future__ import annotations
@@ -149,6 +150,13 @@ def cleanup(verbose: bool = False) -> dict[str, list[str]]:
             report["impairment"] = [f"{n_rules} userspace-impairment rule(s)"]
     except ImportError:
         pass
+    # shape mode's rule, routing table and FORWARD accepts (its namespace goes below)
+    from ..cluster import shaper
+
+    shaped = shaper.root_leftovers()
+    shaper.remove_root_objects()
+    if shaped:
+        report["shape"] = shaped
     ns_names = owned_netns()
     for n in ns_names:
         try:
@@ -179,4 +187,7 @@ def leftovers() -> dict[str, list[str]]:
     out = {"processes": [str(p) for p in owned_pids()], "netns": owned_netns(), "links": owned_links(),
            "containers": docker_hosts.owned()}
     out["cgroups"] = [str(p) for p in cgroups.find_all()]
+    from ..cluster import shaper
+
+    out["shape"] = shaper.root_leftovers()
     return {k: v for k, v in out.items() if v}

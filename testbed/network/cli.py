@@ -96,11 +96,13 @@ def _up_cluster(args: argparse.Namespace) -> int:
                                   "bring the network up without it (see `testbed cluster place` for the plan)")
     cluster = load_cluster(args.cluster)
     topo = load(args.spec, scale=args.scale)
-    if cluster.mode != "emulate":
-        raise ValidationError("mode", f"mode {cluster.mode!r}: `net up` builds emulate mode only (shape mode is "
-                              "not built yet)", "write mode: emulate in the cluster file")
     rep = launch.up(topo, cluster, impairment=args.impairment, allow_missing_netem=args.allow_missing_netem,
                     with_ps=not args.no_ps, seed=args.seed)
+    if cluster.mode == "shape":
+        from testbed.cluster.shaping import ServerShaping, describe
+
+        for line in describe({n: ServerShaping.from_dict(p) for n, p in rep["shaping"].items()}):
+            _say(line)
     for name, r in rep["servers"].items():
         clock = r.get("clock")
         _say(f"{name}: {', '.join(r['dcs'])}: {r['nodes']} nodes, {r['tunnels']} tunnel(s), impairment "
@@ -414,6 +416,18 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if not cmd:
         raise ValidationError("net exec", "no command given", "write: testbed net exec NODE -- COMMAND [ARGS...]")
     rec = state.read()
+    from testbed.cluster import shaper
+
+    shaped = shaper.read_state() if rec is None else None
+    if shaped is not None:  # shape mode: the one node is this server itself (its own namespace)
+        if args.node != shaped["server"]:
+            raise ValidationError("net exec", f"this server is {shaped['server']!r} in shape mode: no node "
+                                  f"{args.node!r}", f"use: testbed net exec {shaped['server']} -- COMMAND")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if args.until_eof:
+            return _run_until_eof(cmd, owned_env(args.node))
+        os.execvpe(cmd[0], cmd, owned_env(args.node))
     if rec is None or not cleanup.owned_netns():
         _say("error: no testbed network is up (start one with `testbed net up TOPOLOGY`)")
         return 1
@@ -520,9 +534,8 @@ def _verify_cluster(args: argparse.Namespace) -> int:
                                   f"verify without --{flag} (or run it on one machine)")
     cluster = load_cluster(args.cluster)
     topo = load(args.spec, scale=args.scale)
-    if cluster.mode != "emulate":
-        raise ValidationError("mode", f"mode {cluster.mode!r}: `net verify --cluster` measures emulate mode only "
-                              "(shape mode is not built yet)", "write mode: emulate in the cluster file")
+    if cluster.mode == "shape":
+        return _verify_shape(args, topo, cluster)
     placement = place(topo, cluster)
     rep = launch.up(topo, cluster, impairment=args.impairment, allow_missing_netem=args.allow_missing_netem,
                     with_ps=not args.no_ps, seed=args.seed)
@@ -536,6 +549,29 @@ def _verify_cluster(args: argparse.Namespace) -> int:
         launch.down(cluster)
     return _verify_result(args, topo.name, impairment, checks,
                           {"placement": rep["placement"], "servers": rep["servers"]})
+
+
+def _verify_shape(args: argparse.Namespace, topo: Any, cluster: Any) -> int:
+    """``net verify --cluster`` in shape mode: shape every server, measure every DC pair from the servers
+    themselves, clean every server."""
+    from testbed.cluster import launch
+    from testbed.cluster.shaping import ServerShaping
+    from testbed.cluster.verify import verify_shape
+    from testbed.cluster.view import ServerNetwork
+
+    rep = launch.up(topo, cluster, impairment=args.impairment, allow_missing_netem=args.allow_missing_netem,
+                    seed=args.seed)
+    try:
+        _say(f"every server shaped in {rep['up_s']:.2f} s; measuring ...")
+        plans = {n: ServerShaping.from_dict(p) for n, p in rep["shaping"].items()}
+        with ServerNetwork(topo, cluster, plans) as view:
+            checks = verify_shape(view, rep, seconds=args.seconds, pings=args.pings, log=_say)
+    finally:
+        _say("cleaning every server ...")
+        launch.down(cluster)
+    backends = {n: r.get("impairment") for n, r in rep["servers"].items()}
+    return _verify_result(args, topo.name, {"backend": backends, "mode": "shape"}, checks,
+                          {"placement": rep["placement"], "servers": rep["servers"], "shaping": rep["shaping"]})
 
 
 def cmd_cross(args: argparse.Namespace) -> int:
@@ -647,7 +683,8 @@ def register(sub: Any) -> None:
     up.add_argument("--cluster", metavar="FILE",
                     help="spread the DCs over the servers of this cluster file (README \"Several servers\"): each "
                          "server builds its DCs over ssh, WAN links between servers become VXLAN tunnels shaped as "
-                         "on one machine")
+                         "on one machine (mode: emulate); or, with mode: shape, each server is one DC's host and "
+                         "its own traffic to every other DC is shaped to the path between them")
     up.add_argument("--json", action="store_true", help="with --cluster: print every server's report as JSON")
     up.set_defaults(func=cmd_up)
     down = nsub.add_parser("down", help="remove the network (everything named tb-*, testbed processes)")
@@ -713,7 +750,8 @@ def register(sub: Any) -> None:
     ver.add_argument("--cluster", metavar="FILE",
                      help="bring the network up across the servers of this cluster file (as `net up --cluster`), "
                           "measure every link and DC pair across them (a tunnelled link against the same bars), "
-                          "read each server's part back, take every part down (README \"Several servers\")")
+                          "read each server's part back, take every part down; in shape mode every DC pair's RTT "
+                          "and goodput each way from the servers themselves (README \"Several servers\")")
     ver.add_argument("--seconds", type=float, default=3.0, help="iperf3 duration per direction (default 3)")
     ver.add_argument("--pings", type=int, default=20, help="pings per RTT measurement (default 20)")
     ver.add_argument("--delays", action="store_true",

@@ -1,0 +1,262 @@
+"""Shape mode on one server: its own traffic to every other DC leaves through a shaper, and nothing else does.
+
+Built on the server it shapes (``testbed cluster shape-up`` over ssh, or in process on the launcher)::
+
+    trainer socket --(ip rule: from this machine, table 4077)--> tb-sh-<dc>  (veth, root side)
+        --> [namespace tb-shape] sh-<dc> egress: HTB rate + netem leaf, or + the userspace daemon's hold
+        --> back over the same veth --> the root namespace forwards it --> the server's own NIC
+
+One veth pair per destination DC, so each carries exactly one DC pair's traffic and gets the one-machine
+shaping code unchanged (``traffic_control.netlink.apply``, ``testbed.network.impairment.start``).
+
+Why a namespace on the way out, not HTB on the NIC itself:
+
+* the NIC's own qdisc, and every other flow of the server (ssh, storage, other jobs), stay untouched: only
+  packets this machine originates for the listed destination addresses take the detour (``iif lo``);
+* a packet crossing a veth into another namespace is no longer charged to its socket, so TCP Small
+  Queues does not throttle a flow whose packets the userspace backend holds for the path's delay (held in
+  the sender's own namespace, a 20 ms hold caps a flow at a few Mbit/s; measured in README "Several servers").
+  netem would not need it (it orphans what it delays), the userspace backend does, and one path for both
+  keeps the two backends' behaviour the same.
+
+What it changes in the root namespace, all found by name or marker and removed by :func:`down` (also after
+a crash: ``testbed clean`` calls it): the veths ``tb-sh-*`` (they go with the namespace), routing table
+:data:`TABLE` and the rule with preference :data:`PREF` that points to it, and one ``FORWARD ... -j ACCEPT``
+per veth tagged :data:`MARKER` (a Docker host's FORWARD policy is DROP; the shaped packets come back from
+the namespace and are forwarded out).  Per-interface sysctls on the root-side veths (forwarding,
+accept_local for packets with this machine's own source address, rp_filter off) go with the veths; no
+machine-wide setting is changed.  A machine whose ``net.ipv4.conf.all.rp_filter`` is strict (1) would drop
+the returning packets: refused, with the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from topologies.model import Topology
+from traffic_control.errors import ValidationError
+
+from ..network import naming
+from .shaping import ServerShaping
+
+NODE = "shape"  # the shaper's namespace is naming.netns_name(NODE): tb-shape
+TABLE = 4077
+PREF = 4077
+MARKER = "geo-testbed-shape"
+STATE_FILE = "shape.json"
+_LINK_NET = "169.254.77"  # /30 per destination DC: .4k+1 here, .4k+2 in the namespace
+
+
+def netns() -> str:
+    return naming.netns_name(NODE)
+
+
+def root_ifname(dc: str) -> str:
+    return f"{naming.PREFIX}-sh-{dc}"
+
+
+def ns_ifname(dc: str) -> str:
+    return f"sh-{dc}"
+
+
+def state_path() -> Path:
+    return Path(naming.STATE_DIR) / STATE_FILE
+
+
+def read_state() -> dict[str, Any] | None:
+    try:
+        return json.loads(state_path().read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    cp = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    if check and cp.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {(cp.stderr or cp.stdout).strip()}")
+    return cp
+
+
+def _sysctl(path: str, value: str, netns_name: str | None = None) -> None:
+    key = "/proc/sys/" + path.replace(".", "/")
+    if netns_name is None:
+        Path(key).write_text(value)
+    else:
+        _run(["ip", "netns", "exec", netns_name, "sh", "-c", f"echo {value} > {key}"])
+
+
+def check_machine(s: ServerShaping) -> None:
+    """What would make this server's shaping fail or lie, refused before anything is built."""
+    from ..network.emulation import check_machine_free
+
+    check_machine_free("shape mode")
+    strict = Path("/proc/sys/net/ipv4/conf/all/rp_filter").read_text().strip()
+    if strict == "1":
+        raise ValidationError("rp_filter", f"{s.server}: net.ipv4.conf.all.rp_filter is 1 (strict): the shaped "
+                              "packets come back from the shaper with this machine's own source address and "
+                              "strict reverse-path filtering drops them",
+                              "sysctl -w net.ipv4.conf.all.rp_filter=2 (loose, systemd's default) on that server")
+    if _run(["ip", "rule", "show", "pref", str(PREF)], check=False).stdout.strip():
+        raise ValidationError("rules", f"{s.server}: an ip rule with preference {PREF} exists already",
+                              f"`testbed clean` if it is a testbed leftover, else remove it (ip rule del pref {PREF})")
+    if _run(["ip", "route", "show", "table", str(TABLE)], check=False).stdout.strip():
+        raise ValidationError("routes", f"{s.server}: routing table {TABLE} is in use",
+                              f"`testbed clean` if it is a testbed leftover, else free table {TABLE}")
+    for e in s.egress:
+        mtu = _nic_mtu(e.address)
+        if mtu is not None and mtu < e.shape.mtu:
+            raise ValidationError(f"links ({s.dc}->{e.dst_dc}).mtu", f"{s.server} reaches {e.dst_server} over an "
+                                  f"interface of MTU {mtu}, below the path's {e.shape.mtu}",
+                                  "lower the links' mtu to the servers' network, or raise that network's MTU")
+
+
+def _nic_mtu(address: str) -> int | None:
+    cp = _run(["ip", "-j", "route", "get", address], check=False)
+    try:
+        dev = json.loads(cp.stdout)[0]["dev"]
+        return int(Path(f"/sys/class/net/{dev}/mtu").read_text())
+    except (ValueError, KeyError, IndexError, OSError):
+        return None
+
+
+def up(topo: Topology, s: ServerShaping, *, impairment: str = "auto", allow_missing_netem: bool = False,
+       seed: int | None = None, log: Any = None) -> dict[str, Any]:
+    """Build this server's shaping; returns its report.  On any failure everything built is removed."""
+    from ..network import impairment as uimp
+    from ..network.emulation import check_backend_features, choose_impairment
+
+    say = log or (lambda m: None)
+    t0 = time.monotonic()
+    check_machine(s)
+    imp = choose_impairment(topo, impairment, allow_missing_netem, seed=seed)
+    check_backend_features(topo, imp)
+    if imp.backend == "netem":
+        for e in s.egress:
+            if e.shape.jitter_s and not e.shape.reorder:
+                raise ValidationError(f"{s.dc}->{e.dst_dc}.jitter", "jitter with order kept needs the jitter driver, "
+                                      "which shape mode does not run yet under netem",
+                                      "reorder: true for this link, or use mode: emulate")
+    daemons: list[dict[str, Any]] = []
+    try:
+        _build(s)
+        import traffic_control.netlink as tcnl
+
+        for e in s.egress:
+            ifname = ns_ifname(e.dst_dc)
+            use_netem = imp.backend == "netem"
+            tcnl.apply(ifname, e.shape, netns=netns(), netem=use_netem,
+                       seed=uimp.seed_for(seed, f"{NODE}.{ifname}") if use_netem and seed is not None else None)
+            if imp.backend == "userspace" and e.shape.needs_netem:
+                d = uimp.start(netns(), uimp.Point(NODE, ifname, f"{s.dc}->{e.dst_dc}"), e.shape, seed)
+                daemons.append({"ifname": ifname, "pid": d.pid, "state_dir": str(d.state_dir)})
+        record = {"mode": "shape", "server": s.server, "topology": topo.name, "shaping": s.to_dict(),
+                  "impairment": imp.to_dict(), "daemons": daemons, "table": TABLE, "pref": PREF}
+        path = state_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=2))
+    except BaseException:
+        say(f"{s.server}: shaping failed: removing what was built")
+        down()
+        raise
+    report = {"dcs": [s.dc], "nodes": 0, "tunnels": 0, "egress": len(s.egress), "impairment": imp.backend,
+              "skipped": list(imp.skipped), "daemons": len(daemons), "up_s": time.monotonic() - t0,
+              "applied": read_back(s)}
+    say(f"{s.server}: DC {s.dc}: {len(s.egress)} destination(s) shaped, impairment {imp.backend}")
+    return report
+
+
+def _build(s: ServerShaping) -> None:
+    """The namespace, one veth pair per destination, the routes and rule that steer this machine's own
+    traffic to the destinations through them, and the FORWARD accept for what comes back."""
+    ns = netns()
+    _run(["ip", "netns", "add", ns])
+    _sysctl("net.ipv4.ip_forward", "1", ns)
+    _sysctl("net.ipv4.conf.all.send_redirects", "0", ns)
+    _sysctl("net.ipv4.conf.all.rp_filter", "0", ns)
+    _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+    for k, e in enumerate(s.egress):
+        here, there = f"{_LINK_NET}.{4 * k + 1}", f"{_LINK_NET}.{4 * k + 2}"
+        root, inner = root_ifname(e.dst_dc), ns_ifname(e.dst_dc)
+        _run(["ip", "link", "add", root, "type", "veth", "peer", "name", inner, "netns", ns])
+        mtu = str(max(e.shape.mtu, 1500))
+        gso = [] if s.gso else ["gso_max_segs", "1"]  # wire-sized packets from the sockets, as emulate mode's hosts
+        _run(["ip", "link", "set", root, "mtu", mtu, *gso])
+        _run(["ip", "-n", ns, "link", "set", inner, "mtu", mtu, *gso])
+        for key, value in (("forwarding", "1"), ("accept_local", "1"), ("rp_filter", "0")):
+            _sysctl(f"net.ipv4.conf.{root}.{key}", value)
+        _sysctl(f"net.ipv4.conf.{inner}.send_redirects", "0", ns)
+        _sysctl(f"net.ipv4.conf.{inner}.rp_filter", "0", ns)
+        _run(["ip", "addr", "add", f"{here}/30", "dev", root])
+        _run(["ip", "-n", ns, "addr", "add", f"{there}/30", "dev", inner])
+        _run(["ip", "link", "set", root, "up"])
+        _run(["ip", "-n", ns, "link", "set", inner, "up"])
+        # the namespace sends it back where it came from; the root namespace then routes it by its main table
+        _run(["ip", "-n", ns, "route", "add", f"{e.address}/32", "via", here, "dev", inner])
+        _run(["ip", "route", "add", f"{e.address}/32", "via", there, "dev", root, "src", s.address,
+              "mtu", "lock", str(e.shape.mtu), "table", str(TABLE)])
+        _run(["iptables", "-w", "-I", "FORWARD", "1", "-i", root, "-m", "comment", "--comment", MARKER,
+              "-j", "ACCEPT"])
+    # only what this machine sends (iif lo); what it forwards, and what comes back from tb-shape, is not steered
+    _run(["ip", "rule", "add", "pref", str(PREF), "iif", "lo", "lookup", str(TABLE)])
+
+
+def read_back(s: ServerShaping) -> dict[str, Any]:
+    """What the kernel holds for each destination: the qdisc tree on the namespace's veth."""
+    import traffic_control.netlink as tcnl
+
+    return {f"{NODE}:{ns_ifname(e.dst_dc)}": tcnl.show(ns_ifname(e.dst_dc), netns=netns()) for e in s.egress}
+
+
+def forward_rules() -> list[list[str]]:
+    """The FORWARD rules carrying :data:`MARKER` (as iptables -S prints them, split)."""
+    import shlex
+    import shutil
+
+    if shutil.which("iptables") is None:
+        return []
+    cp = _run(["iptables", "-w", "-S", "FORWARD"], check=False)
+    return [shlex.split(line) for line in cp.stdout.splitlines() if line.startswith("-A ") and MARKER in line]
+
+
+def root_leftovers() -> list[str]:
+    """Shape mode's root-namespace objects that exist now (the namespace and veths are counted elsewhere)."""
+    out = []
+    if _run(["ip", "rule", "show", "pref", str(PREF)], check=False).stdout.strip():
+        out.append(f"ip rule pref {PREF}")
+    if _run(["ip", "route", "show", "table", str(TABLE)], check=False).stdout.strip():
+        out.append(f"routing table {TABLE}")
+    out += [" ".join(r) for r in forward_rules()]
+    return out
+
+
+def remove_root_objects() -> None:
+    """The rule, the table's routes and the marked FORWARD accepts (idempotent; read from the kernel)."""
+    while _run(["ip", "rule", "del", "pref", str(PREF)], check=False).returncode == 0:
+        pass
+    _run(["ip", "route", "flush", "table", str(TABLE)], check=False)
+    for rule in forward_rules():
+        _run(["iptables", "-w", "-D", *rule[1:]], check=False)
+
+
+def down() -> list[str]:
+    """Remove everything shape mode made on this machine (what ``testbed clean`` also finds); what went."""
+    import shutil
+
+    from ..network import cleanup
+    from ..network.impairment import IMPAIR_DIR
+
+    removed = root_leftovers()
+    remove_root_objects()
+    ns = netns()
+    if ns in cleanup.owned_netns():
+        cleanup.kill_in_netns(ns)  # the userspace daemons live there
+        _run(["ip", "netns", "del", ns], check=False)
+        removed.append(f"netns {ns}")
+    for d in IMPAIR_DIR.glob(f"{NODE}.*"):
+        shutil.rmtree(d, ignore_errors=True)
+    state_path().unlink(missing_ok=True)
+    return removed

@@ -1,0 +1,93 @@
+"""Shape mode's plan (testbed.cluster.shaping): one server per DC with hosts, the path each server's shaper
+stands for (a direct link exactly, a relayed path composed), and refusals naming the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from testbed.cluster.model import from_dict
+from testbed.cluster.shaping import ServerShaping, path_shape, placement, plan
+from tests.conftest import run_cli
+from topologies.model import from_dict as topology
+from traffic_control.errors import ValidationError
+
+
+def cluster(n: int, **extra: object):
+    return from_dict({"mode": "shape", "servers": [{"name": f"s{i}", "address": f"10.0.0.{i}"}
+                                                   for i in range(1, n + 1)], **extra})
+
+
+def relay(**hop2: object):
+    return topology({"name": "r", "dcs": [{"name": "a", "hosts": 2}, {"name": "b", "hosts": 0},
+                                          {"name": "c", "hosts": 1}],
+                     "links": [{"a": "a", "b": "b", "rate": "40Mbit", "delay": "5ms", "loss": "1%"},
+                               {"a": "b", "b": "c", "rate": "30Mbit", "delay": "3ms", "loss": "2%", **hop2}]})
+
+
+def test_a_direct_link_is_taken_exactly_and_a_relayed_path_composed():
+    direct = topology({"name": "d", "dcs": ["a", "c"],
+                       "links": [{"a": "a", "b": "c", "rate": "40Mbit", "delay": "5ms", "jitter": "1ms",
+                                  "limit": 77}]})
+    shape, path = path_shape(direct, "a", "c")
+    assert path == ("a", "c") and shape.jitter_s == 0.001 and shape.limit == 77 and shape.queue_rtt_s == 0.01
+    shape, path = path_shape(relay(), "a", "c")
+    assert path == ("a", "b", "c")
+    assert shape.rate_bps == 30e6 and shape.delay_s == pytest.approx(0.008)
+    assert shape.loss_pct == pytest.approx(100 * (1 - 0.99 * 0.98)) and shape.queue_rtt_s == pytest.approx(0.016)
+    # one jittered hop carries its jitter onto the path
+    shape, _ = path_shape(relay(jitter="1ms"), "c", "a")
+    assert shape.jitter_s == 0.001 and shape.rate_bps == 30e6
+
+
+@pytest.mark.parametrize("hop2, words", [
+    ({"jitter": "1ms", "links0": {"jitter": "1ms"}}, "two jittered hops"),
+    ({"duplicate": "1%"}, "duplication"),
+    ({"reorder_probability": "5%", "reorder_gap": 1, "jitter": "2ms"}, "reordering"),
+])
+def test_what_does_not_compose_over_hops_is_refused_naming_the_link(hop2, words):
+    first = hop2.pop("links0", {})
+    t = relay(**hop2)
+    if first:
+        t = topology({**t.to_dict(), "links": [{**t.to_dict()["links"][0], **first}, t.to_dict()["links"][1]]})
+    with pytest.raises(ValidationError) as e:
+        path_shape(t, "a", "c")
+    assert e.value.field.startswith("links[") and words in str(e.value)
+
+
+def test_placement_one_server_per_dc_with_hosts():
+    assert placement(relay(), cluster(2)) == {"a": "s1", "c": "s2"}
+    assert placement(relay(), cluster(3, launcher="s3")) == {"a": "s3", "c": "s1"}
+    with pytest.raises(ValidationError, match="one server per DC with hosts: 2") as e:
+        placement(relay(), cluster(1))
+    assert e.value.field == "servers"
+    with pytest.raises(ValidationError, match="already is DC a") as e:
+        placement(relay(), cluster(2, placement={"a": "s1", "b": "s2", "c": "s1"}))
+    assert e.value.field == "placement.c"
+
+
+def test_plan_round_trips_and_refuses_lan_shapes_and_containers():
+    p = plan(relay(), cluster(2))
+    assert [e.dst_dc for e in p["s1"].egress] == ["c"] and p["s2"].egress[0].address == "10.0.0.1"
+    assert ServerShaping.from_dict(json.loads(json.dumps(p["s2"].to_dict()))) == p["s2"]
+    lan = topology({**relay().to_dict(), "dcs": [{"name": "a", "hosts": 1, "lan": {"loss": "1%"}},
+                                                 {"name": "b", "hosts": 0}, {"name": "c", "hosts": 1}]})
+    with pytest.raises(ValidationError) as e:
+        plan(lan, cluster(2))
+    assert e.value.field == "dcs[0].lan"
+
+
+def test_cluster_place_prints_every_shaped_path(tmp_path):
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(relay().to_dict()))
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"mode": "shape", "servers": [
+        {"name": "s1", "address": "10.0.0.1"}, {"name": "s2", "address": "10.0.0.2"},
+        {"name": "s3", "address": "10.0.0.3"}]}))
+    r = run_cli("cluster", "place", str(tmp_path / "t.yaml"), "--cluster", str(tmp_path / "c.yaml"))
+    assert r.returncode == 0, r.stderr
+    assert "a->c (s2 via b): 30Mbit, delay 8ms, loss 2.98%" in r.stdout and "not used: s3" in r.stdout, r.stdout
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"mode": "shape", "servers": [
+        {"name": "s1", "address": "10.0.0.1"}]}))
+    r = run_cli("cluster", "place", str(tmp_path / "t.yaml"), "--cluster", str(tmp_path / "c.yaml"))
+    assert r.returncode == 2 and "servers" in r.stderr and "one server per DC" in r.stderr, r.stderr
