@@ -41,7 +41,7 @@ from topologies.model import Topology
 from traffic_control.errors import ValidationError
 
 from ..network import naming
-from .shaping import ServerShaping
+from .shaping import ServerShaping, lan_not_emulated
 
 NODE = "shape"  # the shaper's namespace is naming.netns_name(NODE): tb-shape
 TABLE = 4077
@@ -115,11 +115,10 @@ def check_machine(s: ServerShaping) -> None:
 
 
 def _nic_mtu(address: str) -> int | None:
-    cp = _run(["ip", "-j", "route", "get", address], check=False)
+    dev = _route_dev(address)
     try:
-        dev = json.loads(cp.stdout)[0]["dev"]
-        return int(Path(f"/sys/class/net/{dev}/mtu").read_text())
-    except (ValueError, KeyError, IndexError, OSError):
+        return int(Path(f"/sys/class/net/{dev}/mtu").read_text()) if dev else None
+    except (ValueError, OSError):
         return None
 
 
@@ -141,18 +140,22 @@ def up(topo: Topology, s: ServerShaping, *, impairment: str = "auto", allow_miss
                                       "which shape mode does not run yet under netem",
                                       "reorder: true for this link, or use mode: emulate")
     daemons: list[dict[str, Any]] = []
+    ifname = trainer_ifname(s)
+    if ifname is None and s.egress:
+        raise ValidationError(f"servers ({s.server}).address", f"{s.server} does not reach the other DCs' servers "
+                              "by one interface of its own", "give the servers addresses on one network")
     try:
         _build(s)
         import traffic_control.netlink as tcnl
 
         for e in s.egress:
-            ifname = ns_ifname(e.dst_dc)
+            inner = ns_ifname(e.dst_dc)
             use_netem = imp.backend == "netem"
-            tcnl.apply(ifname, e.shape, netns=netns(), netem=use_netem,
-                       seed=uimp.seed_for(seed, f"{NODE}.{ifname}") if use_netem and seed is not None else None)
+            tcnl.apply(inner, e.shape, netns=netns(), netem=use_netem,
+                       seed=uimp.seed_for(seed, f"{NODE}.{inner}") if use_netem and seed is not None else None)
             if imp.backend == "userspace" and e.shape.needs_netem:
-                d = uimp.start(netns(), uimp.Point(NODE, ifname, f"{s.dc}->{e.dst_dc}"), e.shape, seed)
-                daemons.append({"ifname": ifname, "pid": d.pid, "state_dir": str(d.state_dir)})
+                d = uimp.start(netns(), uimp.Point(NODE, inner, f"{s.dc}->{e.dst_dc}"), e.shape, seed)
+                daemons.append({"node": NODE, "ifname": inner, "pid": d.pid, "state_dir": str(d.state_dir)})
         record = {"mode": "shape", "server": s.server, "topology": topo.name, "shaping": s.to_dict(),
                   "impairment": imp.to_dict(), "daemons": daemons, "table": TABLE, "pref": PREF}
         path = state_path()
@@ -162,11 +165,27 @@ def up(topo: Topology, s: ServerShaping, *, impairment: str = "auto", allow_miss
         say(f"{s.server}: shaping failed: removing what was built")
         down()
         raise
-    report = {"dcs": [s.dc], "nodes": 0, "tunnels": 0, "egress": len(s.egress), "impairment": imp.backend,
-              "skipped": list(imp.skipped), "daemons": len(daemons), "up_s": time.monotonic() - t0,
+    report = {"dcs": [s.dc], "ifname": ifname, "nodes": 0, "tunnels": 0, "egress": len(s.egress), "impairment": imp.backend,
+              "skipped": list(imp.skipped) + lan_not_emulated(topo, s.dc), "daemons": daemons, "up_s": time.monotonic() - t0,
               "applied": read_back(s)}
     say(f"{s.server}: DC {s.dc}: {len(s.egress)} destination(s) shaped, impairment {imp.backend}")
     return report
+
+
+def trainer_ifname(s: ServerShaping) -> str | None:
+    """The interface this server reaches the other DCs' servers by (its trainers' GLOO_SOCKET_IFNAME); read
+    before the shaper's rule exists (after, a route lookup from here names the shaper's veth)."""
+    names = {_route_dev(e.address) for e in s.egress} - {None}
+    return names.pop() if len(names) == 1 else None
+
+
+def _route_dev(address: str) -> str | None:
+    """The interface this machine routes ``address`` by."""
+    cp = _run(["ip", "-j", "route", "get", address], check=False)
+    try:
+        return json.loads(cp.stdout)[0]["dev"]
+    except (ValueError, KeyError, IndexError):
+        return None
 
 
 def _build(s: ServerShaping) -> None:

@@ -30,6 +30,7 @@ import tarfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,8 @@ class ClusterTrialNetwork:
         self.impairment_mode, self.allow_missing_netem, self.seed = impairment, allow_missing_netem, seed
         self.trial_dir = trial_dir
         self.log = log or (lambda m: None)
-        self.placement = place(topo, cluster)
+        self.placement = place(topo, cluster) if cluster.mode == "emulate" else None
+        self.assignment = self._assignment()
         self.plan = plan_network(topo, with_ps=True)
         self.report: dict[str, Any] = {}
         self.view: ClusterNetwork | None = None
@@ -92,31 +94,46 @@ class ClusterTrialNetwork:
         self.links_down: dict[str, float] = {}
         self.offsets_ns: dict[str, int] = {}
         tag = f"{trial_dir.parent.name}-{trial_dir.name}"
-        self.scratch = {s: f"{SCRATCH}/{s}/{tag}" for s in set(self.placement.assignment.values())
-                        if s != cluster.launcher}
+        self.scratch = {s: f"{SCRATCH}/{s}/{tag}" for s in set(self.assignment.values()) if s != cluster.launcher}
         self._sizes: dict[str, dict[str, int]] = {}
         self._halt = threading.Event()
         self._poller: threading.Thread | None = None
         self._local: Any = None
 
+    def _assignment(self) -> dict[str, str]:
+        """DC -> server."""
+        assert self.placement is not None
+        return self.placement.assignment
+
     # ---------------------------------------------------------------- life cycle
     def start(self) -> None:
         self.report = launch.up(self.topo, self.cluster, impairment=self.impairment_mode,
                                 allow_missing_netem=self.allow_missing_netem, seed=self.seed, log=self.log)
-        self.view = ClusterNetwork.from_report(self.topo, self.cluster, self.placement, self.report)
-        self.impairment = self.view.impairment
         self.timings["up_s"] = self.report["up_s"]
         self.offsets_ns = {s: int((r.get("clock") or {}).get("offset_ns", 0)) for s, r in self.report["servers"].items()}
-        if self.cluster.launcher in self.report["servers"]:
-            self._local = self.view.local()
-            self.userspace = self._local.userspace
-            self.applied = {self.cluster.launcher: self._local.read_back()}
+        self._attach()
         for server, d in self.scratch.items():
             srv = self.cluster.server(server)
             self.view.remote(server).run(as_root(srv, ["mkdir", "-p", f"{d}/events", f"{d}/procs", f"{d}/jobs"]),
                                          timeout=60)
         self._poller = threading.Thread(target=self._poll, name="cluster-progress", daemon=True)
         self._poller.start()
+
+    def _attach(self) -> None:
+        """The view of the network just built, and the launcher's own part."""
+        assert self.placement is not None
+        self.view = ClusterNetwork.from_report(self.topo, self.cluster, self.placement, self.report)
+        self.impairment = self.view.impairment
+        if self.cluster.launcher in self.report["servers"]:
+            self._local = self.view.local()
+            self.userspace = self._local.userspace
+            self.applied = {self.cluster.launcher: self._local.read_back()}
+
+    def self_test(self, log: Callable[[str], None] | None = None) -> Any:
+        """The self-test before training (``testbed.cluster.verify.self_test``)."""
+        from .verify import self_test
+
+        return self_test(self.view, log=log)
 
     def stop(self) -> None:
         """Fetch every remote server's records, remove its scratch directory, take every part down."""
@@ -143,7 +160,8 @@ class ClusterTrialNetwork:
 
     def record(self) -> dict[str, Any]:
         """The manifest's ``cluster``: placement, each server's part and clock, and what was sampled where."""
-        return {"placement": self.report.get("placement") or self.placement.to_dict(),
+        return {"mode": self.cluster.mode,
+                "placement": self.report.get("placement") or (self.placement.to_dict() if self.placement else {}),
                 "servers": self.report.get("servers", {}), "clock_offsets_ns": self.offsets_ns,
                 "clock_correction": "each remote trainer's t0_ns is the launcher's plus its server's measured "
                                     "offset, so every ts is on the launcher's clock",
@@ -180,9 +198,16 @@ class ClusterTrialNetwork:
         raise ValidationError("schedule", "a link schedule across servers is not built yet", "drop the schedule")
 
     # ---------------------------------------------------------------- trainers
+    def trainer_ifname(self, node: str) -> str:
+        """The interface a trainer's collectives bind to (GLOO_SOCKET_IFNAME): a host's own."""
+        return "eth0"
+
+    def _popen_local_trainer(self, node: str, argv: list[str], env: dict[str, str], **kw: Any) -> Any:
+        return self._local.popen_trainer(node, argv, env=env, **kw)
+
     def popen_trainer(self, node: str, argv: list[str], *, env: dict[str, str], **kw: Any) -> Any:
         if self.is_local(node):
-            return self._local.popen_trainer(node, argv, env=env, **kw)
+            return self._popen_local_trainer(node, argv, env, **kw)
         server = self.view.server_of(node)
         job_path = Path(argv[-1])
         job = json.loads(job_path.read_text())
@@ -237,6 +262,93 @@ class ClusterTrialNetwork:
         extract(data, self.trial_dir)
         r.run(as_root(srv, ["rm", "-rf", remote_dir]), timeout=120)
         self.log(f"cluster: {server}: records fetched ({len(data) / 1e6:.2f} MB) in {time.monotonic() - t0:.1f} s")
+
+
+@dataclass(frozen=True)
+class ShapeNode:
+    """A trainer host or the parameter server in shape mode: a process on its DC's server, at its address."""
+
+    name: str
+    dc: str
+    ip: str
+    role: str  # host | ps
+
+
+@dataclass
+class ShapePlan:
+    nodes: dict[str, ShapeNode]
+
+
+class ShapeTrialNetwork(ClusterTrialNetwork):
+    """One trial in shape mode (:mod:`.shaper`): every server shapes its egress, trainers run on the servers
+    themselves (a DC's hosts share its server's address; their collectives bind to its interface), remote
+    ones over ssh with their records fetched back as in emulate mode.
+
+    Samplers: the launcher's shapers' interfaces (one per destination DC) for links; no TCP sampler (the
+    trainers share the server's namespace with everything else on it)."""
+
+    def __init__(self, topo: Topology, cluster: Cluster, **kw: Any) -> None:
+        from . import shaping
+
+        self.plans = shaping.plan(topo, cluster)
+        super().__init__(topo, cluster, **kw)
+        where = {p.dc: p for p in self.plans.values()}
+        self.plan: Any = ShapePlan({n.name: ShapeNode(n.name, n.dc, where[n.dc].address, n.role)
+                                    for n in self.plan.nodes.values() if n.role in ("host", "ps")})
+
+    def _assignment(self) -> dict[str, str]:
+        return {p.dc: name for name, p in self.plans.items()}
+
+    def _attach(self) -> None:
+        from types import SimpleNamespace
+
+        from .view import Impairments, ServerNetwork
+
+        servers = self.report["servers"]
+        self.view = ServerNetwork(self.topo, self.cluster, self.plans,  # type: ignore[assignment]
+                                  hosts={n: self.assignment[node.dc] for n, node in self.plan.nodes.items()})
+        self.impairment = Impairments({s: r.get("impairment") for s, r in servers.items()},
+                                      tuple(x for r in servers.values() for x in r.get("skipped", [])))
+        mine = servers.get(self.cluster.launcher)
+        if mine is not None:
+            self.userspace = [SimpleNamespace(**d) for d in mine.get("daemons", [])]
+            self.applied = {self.cluster.launcher: mine.get("applied")}
+
+    def self_test(self, log: Callable[[str], None] | None = None) -> Any:
+        from .verify import shape_self_test
+
+        return shape_self_test(self.view, self.report, log=log)  # type: ignore[arg-type]
+
+    def netns(self, node: str) -> None:
+        return None  # the server's own namespace
+
+    def trainer_ifname(self, node: str) -> str:
+        return self.report["servers"][self.view.server_of(node)]["ifname"]
+
+    def wan_interfaces(self) -> list[dict[str, str]]:
+        from .shaper import NODE, netns, ns_ifname
+
+        mine = self.plans.get(self.cluster.launcher)
+        return [{"node": NODE, "ifname": ns_ifname(e.dst_dc), "link": f"{mine.dc}->{e.dst_dc}", "netns": netns()}
+                for e in (mine.egress if mine else ())]
+
+    def memory_report(self) -> dict[str, dict[str, Any]]:
+        return {}
+
+    def impairment_health(self) -> list[dict[str, Any]]:
+        return []
+
+    def _popen_local_trainer(self, node: str, argv: list[str], env: dict[str, str], **kw: Any) -> Any:
+        p = self.view.popen(node, argv, env=env, **kw)
+        p.trainer_pid = p.pid
+        return p
+
+    def record(self) -> dict[str, Any]:
+        out = super().record()
+        out["shaping"] = {n: p.to_dict() for n, p in self.plans.items()}
+        out["sampled"] = ("the launcher's shapers (one interface per destination DC) by the link sampler; no TCP "
+                          "sampler in shape mode (trainers share their server's namespace)")
+        return out
 
 
 def extract(archive: bytes, into: Path) -> list[str]:

@@ -120,29 +120,12 @@ def verify_shape(view: ServerNetwork, report: dict[str, Any], seconds: float = 3
                  log: Callable[[str], None] | None = None) -> list[Check]:
     """Shape mode's checks (module docstring): shapers read back, RTT per DC pair, goodput per direction."""
     from testbed.network.measure import iperf3
-    from testbed.network.verify import (
-        GOODPUT_MIN_RATIO,
-        RTT_TOLERANCE,
-        best_goodput,
-        min_rtt,
-        rtt_ok,
-    )
+    from testbed.network.verify import GOODPUT_MIN_RATIO, best_goodput
     from traffic_control.shape import tcp_payload_fraction
 
     say = log or (lambda m: None)
-    topo = view.topo
-    checks = shaper_checks(view, report)
+    checks = shaper_checks(view, report) + pair_rtts(view, pings, say)
     servers = list(view.plans)
-    for i, a in enumerate(servers):
-        for b in servers[i + 1:]:
-            pa, pb = view.plans[a], view.plans[b]
-            expected = topo.path_delay(pa.dc, pb.dc) + topo.path_delay(pb.dc, pa.dc)
-            say(f"ping {pa.dc} ({a}) <-> {pb.dc} ({b}) ...")
-            pr, attempts = min_rtt(view, a, pb.address, expected, pings)
-            checks.append(Check("pair_rtt", f"{pa.dc}<->{pb.dc}", expected, pr.min_s, "s", RTT_TOLERANCE,
-                                "pass" if rtt_ok(pr.min_s, expected) else "fail",
-                                {"between": f"{a} -> {b}", "path": topo.path(pa.dc, pb.dc), "mean_s": pr.avg_s, "loss_pct": pr.loss_pct,
-                                 "attempts": attempts}))
     for a in servers:
         for e in view.plans[a].egress:
             src = view.plans[a].dc
@@ -168,6 +151,48 @@ def verify_shape(view: ServerNetwork, report: dict[str, Any], seconds: float = 3
                                          "between": f"{a} -> {e.dst_server}", "retransmits": res.get("retransmits"),
                                          "attempts": attempts}))
     return checks
+
+
+def pair_rtts(view: ServerNetwork, pings: int, say: Callable[[str], None]) -> list[Check]:
+    """Minimum RTT between every two DCs' servers against the round trip of the paths between them."""
+    from testbed.network.verify import RTT_TOLERANCE, min_rtt, rtt_ok
+
+    topo, out = view.topo, []
+    servers = list(view.plans)
+    for i, a in enumerate(servers):
+        for b in servers[i + 1:]:
+            pa, pb = view.plans[a], view.plans[b]
+            expected = topo.path_delay(pa.dc, pb.dc) + topo.path_delay(pb.dc, pa.dc)
+            say(f"ping {pa.dc} ({a}) <-> {pb.dc} ({b}) ...")
+            pr, attempts = min_rtt(view, a, pb.address, expected, pings)
+            out.append(Check("pair_rtt", f"{pa.dc}<->{pb.dc}", expected, pr.min_s, "s", RTT_TOLERANCE,
+                             "pass" if rtt_ok(pr.min_s, expected) else "fail",
+                             {"between": f"{a} -> {b}", "path": topo.path(pa.dc, pb.dc), "mean_s": pr.avg_s,
+                              "loss_pct": pr.loss_pct, "attempts": attempts}))
+    return out
+
+
+def shape_self_test(view: ServerNetwork, report: dict[str, Any], log: Callable[[str], None] | None = None) -> Any:
+    """The self-test a trial runs before training in shape mode: every shaper read back and the minimum RTT
+    per DC pair (goodput is ``net verify --cluster``'s: an ``info`` row says so)."""
+    import time as _time
+
+    from testbed.network.selftest import SelfTest
+
+    t0 = _time.monotonic()
+    out = SelfTest()
+    try:
+        out.checks = shaper_checks(view, report) + pair_rtts(view, 5, log or (lambda m: None))
+        out.checks.append(Check("link_rate", "every DC pair", None, None, "bit/s", "not measured before a trial",
+                                "info", {"why": "the shapers' rates are read back from each kernel; "
+                                                "`net verify --cluster` measures goodput per DC pair"}))
+    except Exception as e:
+        out.error = f"{type(e).__name__}: {e}"
+    out.seconds = _time.monotonic() - t0
+    if log is not None:
+        log(f"self-test (shape mode): {'ok' if out.faithful else 'NETWORK NOT AS SPECIFIED'} in {out.seconds:.1f} s"
+            + ("" if out.faithful else ": " + "; ".join(out.problems)))
+    return out
 
 
 def shaper_checks(view: ServerNetwork, report: dict[str, Any]) -> list[Check]:

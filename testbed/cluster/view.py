@@ -152,25 +152,32 @@ class ServerNetwork:
     topo: Topology
     cluster: Cluster
     plans: dict[str, Any]  # server -> shaping.ServerShaping
+    #: a trial's hosts (and parameter server) -> the server of their DC, where they run
+    hosts: dict[str, str] = field(default_factory=dict)
     _remotes: dict[str, Remote] = field(default_factory=dict, repr=False)
     _pipes: list[int] = field(default_factory=list, repr=False)
 
     def server_of(self, node: str) -> str:
-        return node
+        server = self.hosts.get(node, node)
+        if server not in self.plans:
+            raise KeyError(f"no server {node!r} in shape mode's plan")
+        return server
 
     def is_local(self, node: str) -> bool:
-        return node == self.cluster.launcher
+        return self.server_of(node) == self.cluster.launcher
+
+    def remote(self, server: str) -> Remote:
+        if server not in self._remotes:
+            self._remotes[server] = Remote(self.cluster.server(server), self.cluster)
+        return self._remotes[server]
 
     def popen(self, node: str, argv: list[str], **kw: Any) -> subprocess.Popen[Any]:
-        if node not in self.plans:
-            raise KeyError(f"no server {node!r} in shape mode's plan")
-        if self.is_local(node):
+        server = self.server_of(node)
+        if server == self.cluster.launcher:
             from testbed.network.emulation import owned_env
 
             return subprocess.Popen(argv, env=owned_env(node, kw.pop("env", None)), **kw)
-        if node not in self._remotes:
-            self._remotes[node] = Remote(self.cluster.server(node), self.cluster)
-        return ssh_exec(self._remotes[node], node, argv, self._pipes, **kw)
+        return ssh_exec(self.remote(server), server, argv, self._pipes, **kw)
 
     def close(self) -> None:
         close_all(self._remotes, self._pipes)

@@ -38,11 +38,12 @@ def load_cluster_for(spec: Any, path: str) -> Any:
     from ..cluster.trialnet import refuse_unsupported
 
     cluster = load_cluster(path)
-    if cluster.mode != "emulate":
-        raise ValidationError("mode", f"mode {cluster.mode!r}: trials across servers run in emulate mode only "
-                              "(trials in shape mode are not built yet; `net up | verify --cluster` shape it)",
-                              "write mode: emulate in the cluster file")
-    place(spec.topology, cluster)
+    if cluster.mode == "shape":
+        from ..cluster.shaping import plan
+
+        plan(spec.topology, cluster)  # its refusals (placement, LAN shapes, paths) before anything is built
+    else:
+        place(spec.topology, cluster)
     refuse_unsupported(spec)
     return cluster
 

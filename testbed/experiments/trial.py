@@ -133,11 +133,12 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
     result = TrialResult(scheme.label, rep, trial_dir, "failed")
     # The trial's seed also seeds the impairment's random draws (loss, jitter), so a repetition repeats.
     if spec.cluster is not None:  # the same trial, its network and trainers spread over servers
-        from ..cluster.trialnet import ClusterTrialNetwork
+        from ..cluster.trialnet import ClusterTrialNetwork, ShapeTrialNetwork
 
-        net: Any = ClusterTrialNetwork(spec.topology, spec.cluster, impairment=spec.impairment,
-                                       allow_missing_netem=spec.allow_missing_netem, seed=training["seed"],
-                                       trial_dir=trial_dir, log=say)
+        kind = ShapeTrialNetwork if spec.cluster.mode == "shape" else ClusterTrialNetwork
+        net: Any = kind(spec.topology, spec.cluster, impairment=spec.impairment,
+                        allow_missing_netem=spec.allow_missing_netem, seed=training["seed"], trial_dir=trial_dir,
+                        log=say)
     else:
         net = EmulatedNetwork(spec.topology, impairment=spec.impairment,
                               allow_missing_netem=spec.allow_missing_netem, log=say, seed=training["seed"],
@@ -161,18 +162,18 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
         # the network as the spec says? (min RTT and rate per WAN direction; the trial runs either way,
         # and its manifest, the summary and the figures say when it was not)
         if spec.cluster is not None:
-            from ..cluster.verify import self_test
-
             manifest["cluster"] = net.record()
-            manifest["selftest"] = self_test(net.view, log=say).to_dict()
+            manifest["selftest"] = net.self_test(log=say).to_dict()
         else:
             manifest["selftest"] = quick_check(net, log=say).to_dict()
         cpu = CpuSaturation({f"{imp.node}:{imp.ifname}": imp.pid for imp in net.userspace}).start()
         t0 = time.time_ns()
         manifest["t0_ns"] = t0
-        placement = [Placement(n.name, n.dc, n.ip, "eth0", "worker") for n in net.plan.nodes.values()
+        # the interface collectives bind to: eth0 in an emulated host; in shape mode the server's own
+        ifname = net.trainer_ifname if spec.cluster is not None else (lambda node: "eth0")
+        placement = [Placement(n.name, n.dc, n.ip, ifname(n.name), "worker") for n in net.plan.nodes.values()
                      if n.role == "host"]
-        placement += [Placement(n.name, n.dc, n.ip, "eth0", "server") for n in net.plan.nodes.values()
+        placement += [Placement(n.name, n.dc, n.ip, ifname(n.name), "server") for n in net.plan.nodes.values()
                       if n.role == "ps"]
         # container hosts see the trial directory at its absolute path only (their cwd is the project's tree)
         jobs = make_jobs(training, placement, trial_dir.resolve() if runtimes else trial_dir, t0)
@@ -183,7 +184,8 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
             links = [LinkTarget(w["node"], w["ifname"], w["link"], w["netns"]) for w in net.wan_interfaces()] \
                 if spec.collectors.links else []
             tcp = [TcpTarget(n.name, net.netns(n.name)) for n in net.plan.nodes.values()
-                   if n.role in ("host", "ps") and (spec.cluster is None or net.is_local(n.name))] \
+                   if n.role in ("host", "ps") and (spec.cluster is None or (net.is_local(n.name)
+                                                                              and net.netns(n.name) is not None))] \
                 if spec.collectors.tcp else []
             samplers = SamplerSet(trial_dir, t0, links=links, rate_hz=spec.collectors.rate_hz, tcp=tcp).start()
         # server first, so workers find it listening

@@ -108,10 +108,11 @@ def test_what_trials_across_servers_do_not_do_yet_is_refused_before_anything_is_
     sched = dict(SPEC, schedule=str(tmp_path / "s.csv"))
     r = run_cli("run", str(write(tmp_path, sched, "s.yaml")), "--cluster", str(cluster), timeout=60)
     assert r.returncode == 2 and "schedule" in r.stderr and "across servers" in r.stderr, r.stderr
+    # shape mode: one server per DC with hosts (b and c both on s2 does not fit)
     shape = dict(standins.cluster(placement=PLACEMENT), mode="shape")
     r = run_cli("run", str(write(tmp_path, SPEC, "p.yaml")), "--cluster", str(write(tmp_path, shape, "c2.yaml")),
                 timeout=60)
-    assert r.returncode == 2 and "mode" in r.stderr, r.stderr
+    assert r.returncode == 2 and "placement.c" in r.stderr and "shape mode" in r.stderr, r.stderr
     assert local_namespaces() == [] and s2_state(standins) == {}
 
 
@@ -171,3 +172,53 @@ def test_a_server_that_disappears_mid_trial_fails_it_with_the_reason_and_the_res
     d = run_cli("net", "down", "--cluster", str(cluster), timeout=120)
     assert d.returncode == 0, d.stderr
     assert s2_state(standins) == {} and local_namespaces() == []
+
+
+# shape mode: a (two hosts) is the launcher, c (one host and the parameter server) the stand-in, b relays
+RELAY = {"name": "relay3", "ps": "c",
+         "dcs": [{"name": "a", "hosts": 2}, {"name": "b", "hosts": 0}, {"name": "c", "hosts": 1}],
+         "links": [{"a": "a", "b": "b", "rate": "40Mbit", "delay": "5ms"},
+                   {"a": "b", "b": "c", "rate": "30Mbit", "delay": "3ms"}]}
+
+
+def test_bsp_and_gsyn_in_shape_mode_run_on_the_servers_through_their_shapers(standins, tmp_path):
+    spec = write(tmp_path, dict(SPEC, name="shaped", topology=RELAY), "shaped.yaml")
+    cluster = write(tmp_path, standins.cluster(mode="shape"))
+    r = run_cli("run", str(spec), "--cluster", str(cluster), "--results", str(tmp_path / "results"), "--json",
+                timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    trials = [Path(t["dir"]) for t in json.loads(r.stdout)["trials"]]
+    assert len(trials) == 2
+    for trial in trials:
+        m = json.loads((trial / "manifest.json").read_text())
+        assert m["status"] == "ok", m["reason"]
+        names = {p["name"] for p in m["processes"]}
+        assert {n.split(".")[0] for n in names} == {"a-h1", "a-h2", "c-h1"} | ({"c-ps"} if m["label"] == "gsyn"
+                                                                              else set()), names
+        for n in names:
+            assert (trial / "events" / f"{n}.jsonl").stat().st_size > 0, n
+            assert (trial / "procs" / f"{n}.json").exists(), n
+        c = m["cluster"]
+        assert c["mode"] == "shape" and c["placement"]["assignment"] == {"a": "s1", "c": "s2"}
+        assert abs(c["clock_offsets_ns"]["s2"] - OFFSET_S * 1e9) < 2e6, c["clock_offsets_ns"]
+        ends = barrier_ends_s(trial)
+        spread = max(ends.values()) - min(ends.values())
+        print(f"MEASURED shape {m['label']}: start barrier spread {spread * 1e3:.1f} ms")
+        assert spread < 0.1, ends
+        # every trainer on the launcher bound its collectives to the launcher's own interface (its job says)
+        jobs = [json.loads(f.read_text()) for f in (trial / "jobs").glob("*.json")]
+        assert {j["ifname"] for j in jobs if j["host"].startswith("a-")} == {"tbsrv0"}, jobs
+        st = m["selftest"]
+        assert st["error"] is None and st["faithful"], st
+        rtt = next(ch for ch in st["checks"] if ch["kind"] == "pair_rtt")
+        assert rtt["expected"] == pytest.approx(0.016) and rtt["status"] == "pass", rtt
+        # the training's own traffic to c went through the launcher's shaper (sampled on its interface there)
+        links = [json.loads(ln) for ln in (trial / "samples" / "links.jsonl").read_text().splitlines()]
+        tx = [x["tx_bytes"] for x in links if x.get("link") == "a->c"]
+        assert tx and tx[-1] - tx[0] > 100_000, tx[:3]
+        problems = validate_trace(load_trace(next(trial.glob("trace.json*"))))
+        assert problems == [], problems[:5]
+    assert local_namespaces() == []
+    assert s2_state(standins) == {}
+    ps = on_s2(standins, "ps ax -o args").stdout
+    assert "testbed.training" not in ps, ps

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from testbed.cluster.model import from_dict
-from testbed.cluster.shaping import ServerShaping, path_shape, placement, plan
+from testbed.cluster.shaping import ServerShaping, lan_not_emulated, path_shape, placement, plan
 from tests.conftest import run_cli
 from topologies.model import from_dict as topology
 from traffic_control.errors import ValidationError
@@ -77,6 +77,11 @@ def test_plan_round_trips_and_refuses_lan_shapes_and_containers():
     with pytest.raises(ValidationError) as e:
         plan(lan, cluster(2))
     assert e.value.field == "dcs[0].lan"
+    # a LAN rate alone (every bundled topology has one) is not emulated, and said so
+    rate = topology({**relay().to_dict(), "dcs": [{"name": "a", "hosts": 2, "lan": {"rate": "1Gbit"}},
+                                                  {"name": "b", "hosts": 0}, {"name": "c", "hosts": 1}]})
+    assert plan(rate, cluster(2))["s1"].dc == "a"
+    assert "not emulated in shape mode" in lan_not_emulated(rate, "a")[0] and lan_not_emulated(rate, "c") == []
 
 
 def test_cluster_place_prints_every_shaped_path(tmp_path):
