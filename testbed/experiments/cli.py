@@ -154,7 +154,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from .sweep import SweepInterrupted, run_sweep
 
     try:
-        out = run_sweep(args.sweep, Path(args.out) if args.out else None, log=_say, preflight=preflight)
+        cluster = (lambda spec: load_cluster_for(spec, args.cluster)) if getattr(args, "cluster", None) else None
+        out = run_sweep(args.sweep, Path(args.out) if args.out else None, log=_say,
+                        preflight=preflight, cluster=cluster)
     except SweepInterrupted as e:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # all down and written: nothing left to stop
         print(f"sweep results so far: {e.out}")
@@ -252,7 +254,7 @@ def register(sub: Any) -> None:
                     help="reuse the per-scheme lr picks of an earlier run's search (its run directory or "
                          "lr_search.json) instead of searching again")
     run.add_argument("--cluster", metavar="FILE",
-                     help="spread every trial over the servers of this cluster file (emulate mode; README "
+                     help="spread every trial over the servers of this cluster file (emulate or shape mode; README "
                           "\"Several servers\"): each server builds its DCs, trainers there start over ssh, "
                           "their records come back into the trial directory on the launcher's clock")
     run.set_defaults(func=cmd_run)
@@ -266,6 +268,9 @@ def register(sub: Any) -> None:
     sw.add_argument("sweep", help="sweep YAML")
     sw.add_argument("--out", help="output folder (default results/<name>/sweep)")
     sw.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout")
+    sw.add_argument("--cluster", metavar="FILE",
+                    help="run every point's trials across the servers of this cluster file (as `run --cluster`; "
+                         "a resumed sweep must name the same servers)")
     sw.set_defaults(func=cmd_sweep)
     rr = sub.add_parser("rerun", help="rerun a run from its manifest alone (same resolved spec, seeds and "
                                       "repetitions); prints what differs since: code, libraries, kernel",

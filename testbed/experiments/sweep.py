@@ -187,29 +187,47 @@ class SweepInterrupted(KeyboardInterrupt):
 
 
 def run_sweep(path: str | Path, out: Path | None = None, log: Any = print, limit: int | None = None,
-              preflight: Any = None) -> Path:
+              preflight: Any = None, cluster: Any = None) -> Path:
     """Run (or resume) a sweep; ``limit`` stops after that many *new* points (for tests).
 
     ``preflight(spec)`` is called for every point before the first runs (what would make its
     trials fail: not root, no impairment backend...), so a bad machine stops the sweep at once.
+    ``cluster(spec)``: the servers every point's trials spread over (``sweep --cluster``: the cluster file
+    checked against the point's spec), or None for this machine; finished points ran on the same servers
+    or the sweep is refused (a point's ``done.json`` records them).
     """
     path = Path(path)
     sweep = read_mapping(path)
     name, points = expand(sweep, str(path))
     out = out or Path(sweep.get("results_dir", "results")) / name / "sweep"
-    _refuse_changed_points(out, points)  # a spec error: said before anything about the machine
+
+    def spec_of(exp: dict[str, Any]) -> Any:
+        spec = parse_experiment(exp, source=str(path))
+        if cluster is not None:
+            spec.cluster = cluster(spec)
+        return spec
+
+    specs = [spec_of(exp) for _, exp in points]  # every point's spec and cluster errors before anything runs
+    servers = _servers(specs[0]) if specs else None
+    _refuse_changed_points(out, points, servers)  # a spec error: said before anything about the machine
     if preflight is not None:
-        for _, exp in points:
-            preflight(parse_experiment(exp, source=str(path)))
+        for spec in specs:
+            preflight(spec)
     fresh = missing_parents(out)
     try:
-        return _run_points(out, sweep, points, log, limit, path)
+        return _run_points(out, sweep, points, log, limit, path, spec_of, servers)
     finally:  # under sudo, the results belong to the user who typed it (also after Ctrl-C)
         hand_over([fresh[-1] if fresh else out])
 
 
+def _servers(spec: Any) -> dict[str, Any] | None:
+    """Where a point's trials run, as ``done.json`` records it: None for this machine, else the cluster."""
+    c = getattr(spec, "cluster", None)
+    return None if c is None else c.to_dict()
+
+
 def _run_points(out: Path, sweep: dict[str, Any], points: list[tuple[dict[str, Any], dict[str, Any]]],
-                log: Any, limit: int | None, path: Path) -> Path:
+                log: Any, limit: int | None, path: Path, spec_of: Any, servers: dict[str, Any] | None) -> Path:
     try:
         (out / "points").mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -229,7 +247,7 @@ def _run_points(out: Path, sweep: dict[str, Any], points: list[tuple[dict[str, A
 
             shutil.rmtree(pdir)
         log(f"point {i + 1}/{len(points)} {point}")
-        spec = parse_experiment(exp, source=str(path))
+        spec = spec_of(exp)
         spec.sweep_point = sweep_values(point)
         res = run_experiment(spec, run_dir=pdir, report=False, heading=f"point {i + 1}/{len(points)}")
         ran += 1
@@ -239,7 +257,7 @@ def _run_points(out: Path, sweep: dict[str, Any], points: list[tuple[dict[str, A
             log("sweep interrupted; rerun the same command to resume")
             raise SweepInterrupted(out)
         write_json_atomic(pdir / "done.json", {"point": point, "experiment_hash": experiment_hash(exp),
-                                               "finished": time.time(),
+                                               "finished": time.time(), **({"servers": servers} if servers else {}),
                                                "failed": [f"{t.label}-r{t.rep}" for t in res.failed]})
     summarise(out, points, log)
     return out
@@ -250,7 +268,8 @@ def experiment_hash(exp: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(exp, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _refuse_changed_points(out: Path, points: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+def _refuse_changed_points(out: Path, points: list[tuple[dict[str, Any], dict[str, Any]]],
+                           servers: dict[str, Any] | None = None) -> None:
     """Resuming must never pool a finished point run under another spec with new ones.
 
     A point's id names its grid values only, so editing the base experiment (a target, a learning
@@ -267,12 +286,13 @@ def _refuse_changed_points(out: Path, points: list[tuple[dict[str, Any], dict[st
         except (OSError, ValueError):
             continue
         old = rec.get("experiment_hash")
-        if old is not None and old != experiment_hash(exp):
+        if (old is not None and old != experiment_hash(exp)) or rec.get("servers") != servers:
             stale.append(point_id(point))
     if stale:
         raise ValidationError(
             "sweep", f"{len(stale)} finished point(s) in {out} ran a different experiment than the sweep now "
-            f"describes (the base experiment or the sweep was edited since): {', '.join(stale[:3])}"
+            f"describes (the base experiment or the sweep was edited since, or its servers differ: --cluster): "
+            f"{', '.join(stale[:3])}"
             + (" ..." if len(stale) > 3 else ""),
             f"run the changed sweep into a new folder (--out, or another name:), or delete those points' "
             f"folders under {out / 'points'} to redo them")

@@ -222,3 +222,38 @@ def test_bsp_and_gsyn_in_shape_mode_run_on_the_servers_through_their_shapers(sta
     assert s2_state(standins) == {}
     ps = on_s2(standins, "ps ax -o args").stdout
     assert "testbed.training" not in ps, ps
+
+
+def test_a_sweep_runs_every_point_across_the_servers_and_resumes_only_on_the_same_ones(standins, tmp_path):
+    exp = {"name": "swc", "topology": {"name": "two", "dcs": [{"name": "a", "hosts": 1}, {"name": "c", "hosts": 1}],
+                                       "links": [{"a": "a", "b": "c", "rate": "50Mbit", "delay": "2ms"}]},
+           "impairment": "auto", "timeout": "120s",
+           "training": {"workload": {"name": "synthetic", "grad_bytes": 65536, "compute_s": 0.001},
+                        "stop": {"steps": 3}, "eval_every": 3},
+           "schemes": [{"label": "bsp", "scheme": {"name": "bsp"}}],
+           "collectors": {"links": True, "procs": False, "trace": False}}
+    write(tmp_path, exp, "exp.yaml")
+    sweep = write(tmp_path, {"name": "swc", "experiment": "exp.yaml", "grid": {"wan.rate": ["20Mbit", "40Mbit"]}},
+                  "sweep.yaml")
+    cluster = write(tmp_path, standins.cluster(mode="shape"))
+    out = tmp_path / "out"
+    r = run_cli("sweep", str(sweep), "--out", str(out), "--cluster", str(cluster), "--json", timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    points = json.loads(r.stdout)["points"]
+    assert len(points) == 2 and all(not p["failed"] for p in points), points
+    for p in points:
+        rate = {"20Mbit": 20e6, "40Mbit": 40e6}[p["point"]["wan.rate"]]
+        trial_manifests = [json.loads(f.read_text()) for f in Path(p["dir"]).rglob("manifest.json")
+                           if "selftest" in f.read_text()]
+        assert len(trial_manifests) == 1, p["dir"]
+        m = trial_manifests[0]
+        assert m["status"] == "ok" and m["cluster"]["mode"] == "shape", m.get("reason")
+        shapers = [ch for ch in m["selftest"]["checks"] if ch["kind"] == "shaper"]
+        assert {ch["measured"] for ch in shapers} == {rate} and all(ch["status"] == "pass" for ch in shapers)
+        assert json.loads((Path(p["dir"]) / "done.json").read_text())["servers"]["mode"] == "shape"
+    # resumed on this machine alone: refused, the finished points ran across servers
+    r = run_cli("sweep", str(sweep), "--out", str(out), timeout=120)
+    assert r.returncode == 2 and "servers differ" in r.stderr, r.stderr
+    r = run_cli("sweep", str(sweep), "--out", str(out), "--cluster", str(cluster), timeout=300)
+    assert r.returncode == 0 and r.stderr.count("done already, skipped") == 2, r.stderr[-2000:]
+    assert local_namespaces() == [] and s2_state(standins) == {}
