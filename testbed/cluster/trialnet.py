@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from testbed.training.jobs import TORCHRUN_ENV, torchrun_env
 from topologies.model import Topology
 from traffic_control.errors import ValidationError
 
@@ -51,7 +52,8 @@ EXIT_WAIT_S = 5.0
 POLL_S = 2.0
 #: Environment a trainer gets on a remote server besides its server's own (the launcher's PATH, HOME and so
 #: on mean nothing there).
-TRAINER_ENV = ("PYTHONUNBUFFERED", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES")
+TRAINER_ENV = ("PYTHONUNBUFFERED", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES",
+               *TORCHRUN_ENV)
 
 
 def refuse_unsupported(spec: Any) -> None:
@@ -206,11 +208,12 @@ class ClusterTrialNetwork:
         return self._local.popen_trainer(node, argv, env=env, **kw)
 
     def popen_trainer(self, node: str, argv: list[str], *, env: dict[str, str], **kw: Any) -> Any:
+        job_path = Path(argv[-1])
+        job = json.loads(job_path.read_text())
+        env = {**env, **torchrun_env(job)}  # torchrun's launch variables, as on a cluster
         if self.is_local(node):
             return self._popen_local_trainer(node, argv, env, **kw)
         server = self.view.server_of(node)
-        job_path = Path(argv[-1])
-        job = json.loads(job_path.read_text())
         remote_dir = self.scratch[server]
         # its records go to the scratch directory; its clock zero is the launcher's t0 read on its clock
         job["out_dir"] = remote_dir

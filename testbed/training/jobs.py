@@ -216,6 +216,22 @@ def make_jobs(
     return jobs
 
 
+#: the launch environment torchrun gives a process (what a trainer started across servers is also told)
+TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def torchrun_env(job: Mapping[str, Any]) -> dict[str, str]:
+    """torchrun's variables for a worker's job (as JSON): its rank, the world, the rendezvous as master, and
+    its place among the workers that share its address (one server's ranks in shape mode).  The testbed's
+    own trainers read their job file; these let a user's script started the same way find its peers."""
+    if job.get("role") != "worker":
+        return {}
+    local = sorted(p["rank"] for p in job["peers"] if p["address"] == job["address"])
+    return {"RANK": str(job["rank"]), "WORLD_SIZE": str(job["world_size"]),
+            "LOCAL_RANK": str(local.index(job["rank"])), "LOCAL_WORLD_SIZE": str(len(local)),
+            "MASTER_ADDR": str(job["rendezvous_addr"]), "MASTER_PORT": str(job["rendezvous_port"])}
+
+
 def write_jobs(jobs: Sequence[Job], out_dir: str | os.PathLike[str]) -> list[Path]:
     """Write ``jobs/<rank>.json`` under ``out_dir``; returns the paths in job order."""
     d = Path(out_dir) / "jobs"

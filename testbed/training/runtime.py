@@ -81,6 +81,11 @@ def process_record(device: torch.device) -> dict[str, Any]:
     out: dict[str, Any] = {"python": platform.python_version(), "executable": sys.executable,
                            "torch": torch.__version__, "torch_path": str(Path(torch.__file__).parent),
                            "mnt_ns": os.readlink("/proc/self/ns/mnt"), "device": {"type": device.type}}
+    from .jobs import TORCHRUN_ENV
+
+    launch = {k: os.environ[k] for k in TORCHRUN_ENV if k in os.environ}
+    if launch:  # what it was told at launch (trainers across servers get torchrun's variables)
+        out["launch_env"] = launch
     nccl = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
     if nccl:  # what NCCL was told (backend: nccl), so a reader can see every byte was kept on sockets
         out["nccl_env"] = dict(sorted(nccl.items()))

@@ -14,6 +14,7 @@ import pytest
 
 from testbed.collect.records import read_jsonl
 from testbed.collect.trace import load_trace, validate_trace
+from testbed.training.jobs import job_name
 from tests.cluster.standins import (
     LINE,
     PLACEMENT,
@@ -208,6 +209,16 @@ def test_bsp_and_gsyn_in_shape_mode_run_on_the_servers_through_their_shapers(sta
         # every trainer on the launcher bound its collectives to the launcher's own interface (its job says)
         jobs = [json.loads(f.read_text()) for f in (trial / "jobs").glob("*.json")]
         assert {j["ifname"] for j in jobs if j["host"].startswith("a-")} == {"tbsrv0"}, jobs
+        # and every worker was told torchrun's variables (its process record says what it was told)
+        for j in jobs:
+            if j["role"] != "worker":
+                continue
+            name = job_name(j["host"], j["role"], j["rank"])
+            env = json.loads((trial / "procs" / f"{name}.json").read_text())["launch_env"]
+            local = 2 if j["host"].startswith("a-") else 1
+            assert env == {"RANK": str(j["rank"]), "WORLD_SIZE": "3", "MASTER_ADDR": j["rendezvous_addr"],
+                           "MASTER_PORT": str(j["rendezvous_port"]), "LOCAL_WORLD_SIZE": str(local),
+                           "LOCAL_RANK": str(int(j["host"] == "a-h2"))}, (name, env)
         st = m["selftest"]
         assert st["error"] is None and st["faithful"], st
         rtt = next(ch for ch in st["checks"] if ch["kind"] == "pair_rtt")
