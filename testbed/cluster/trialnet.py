@@ -95,12 +95,14 @@ class ClusterTrialNetwork:
         self.impairment_noticed: list[str] = []
         self.links_down: dict[str, float] = {}
         self.offsets_ns: dict[str, int] = {}
+        self.sampler_stats: dict[str, Any] = {}
         tag = f"{trial_dir.parent.name}-{trial_dir.name}"
         self.scratch = {s: f"{SCRATCH}/{s}/{tag}" for s in set(self.assignment.values()) if s != cluster.launcher}
         self._sizes: dict[str, dict[str, int]] = {}
         self._halt = threading.Event()
         self._poller: threading.Thread | None = None
         self._local: Any = None
+        self._samplers: dict[str, Any] = {}  # server -> (ssh process, the write end of its stdin)
 
     def _assignment(self) -> dict[str, str]:
         """DC -> server."""
@@ -116,8 +118,8 @@ class ClusterTrialNetwork:
         self._attach()
         for server, d in self.scratch.items():
             srv = self.cluster.server(server)
-            self.view.remote(server).run(as_root(srv, ["mkdir", "-p", f"{d}/events", f"{d}/procs", f"{d}/jobs"]),
-                                         timeout=60)
+            self.view.remote(server).run(as_root(srv, ["mkdir", "-p", f"{d}/events", f"{d}/procs", f"{d}/jobs",
+                                                       f"{d}/samples"]), timeout=60)
         self._poller = threading.Thread(target=self._poll, name="cluster-progress", daemon=True)
         self._poller.start()
 
@@ -137,12 +139,68 @@ class ClusterTrialNetwork:
 
         return self_test(self.view, log=log)
 
+    def start_samplers(self, t0_ns: int, rate_hz: float) -> None:
+        """A link sampler on every remote server (``testbed cluster sample`` over ssh, its own connection): its
+        part's interfaces, on the launcher's clock (``t0_ns`` shifted by the server's offset), into the trial's
+        scratch directory there; it stops when its stdin closes (:meth:`stop`, or the launcher's death)."""
+        import os
+        import subprocess
+
+        for server, d in self.scratch.items():
+            srv = self.cluster.server(server)
+            argv = ["cluster", "sample", "--out", d, "--server", server, "--t0-ns",
+                    str(t0_ns + self.offsets_ns.get(server, 0)), "--rate-hz", str(rate_hz)]
+            r, w = os.pipe()
+            try:
+                p = subprocess.Popen(self.view.remote(server).command(launch.remote_testbed(srv, argv, owned=True),
+                                                                      shared=False),
+                                     stdin=r, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            finally:
+                os.close(r)
+            self._samplers[server] = (p, w)
+            ready = p.stdout.readline().strip() if p.stdout else ""
+            if ready != "ready":
+                self.log(f"cluster: {server}: link sampler did not start: {tail_of_process(p)}")
+
+    def _stop_samplers(self) -> dict[str, Any]:
+        """End every remote sampler (EOF on its stdin) and wait for its last record; each one's stats."""
+        import os
+
+        out: dict[str, Any] = {}
+        for _p, w in self._samplers.values():
+            try:
+                os.close(w)
+            except OSError:
+                pass
+        for server, (p, _) in self._samplers.items():
+            try:
+                stdout, stderr = p.communicate(timeout=30)
+                last = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+                out[server] = json.loads(last[-1]) if last else {"error": launch.tail_of(stderr)}
+            except Exception as e:
+                p.kill()
+                out[server] = {"error": f"{type(e).__name__}: {e}"}
+        self._samplers.clear()
+        self.sampler_stats = out
+        return out
+
+    def _merge_link_samples(self) -> None:
+        """Each remote server's link samples (fetched as ``samples/links-<server>.jsonl``) appended to the
+        trial's one ``samples/links.jsonl``: its rows carry their own link names, on the launcher's clock."""
+        samples = self.trial_dir / "samples"
+        for f in sorted(samples.glob("links-*.jsonl")):
+            with (samples / "links.jsonl").open("a", encoding="utf-8") as out:
+                out.write(f.read_text(encoding="utf-8"))
+            f.unlink()
+
     def stop(self) -> None:
         """Fetch every remote server's records, remove its scratch directory, take every part down."""
         self._halt.set()
         if self._poller is not None:  # no progress read may open a connection while they are being closed
             self._poller.join(timeout=60)
         problems = []
+        if self._samplers:
+            self._stop_samplers()
         try:
             for server, d in (self.scratch.items() if self.view is not None else ()):  # up failed: nothing ran
                 try:
@@ -150,6 +208,7 @@ class ClusterTrialNetwork:
                 except Exception as e:  # the other servers' records still come back, every part still goes
                     problems.append(f"{server}: records not fetched: {e}")
                     self.log(f"cluster: {problems[-1]}")
+            self._merge_link_samples()
         finally:
             try:
                 if self.view is not None:
@@ -168,8 +227,9 @@ class ClusterTrialNetwork:
                 "clock_correction": "each remote trainer's t0_ns is the launcher's plus its server's measured "
                                     "offset, so every ts is on the launcher's clock",
                 "scratch": self.scratch,
-                "sampled": "links, TCP and process samplers and the CPU-saturation watch ran on the launcher's "
-                           "part only" if self._local is not None else "no samplers: the launcher holds no DC"}
+                "sampled": "links on every server (remote ones by `cluster sample` over ssh, merged into "
+                           "samples/links.jsonl); TCP and process samplers and the CPU-saturation watch on the "
+                           "launcher's part only"}
 
     # ---------------------------------------------------------------- nodes
     def is_local(self, node: str) -> bool:
@@ -352,6 +412,16 @@ class ShapeTrialNetwork(ClusterTrialNetwork):
         out["sampled"] = ("the launcher's shapers (one interface per destination DC) by the link sampler; no TCP "
                           "sampler in shape mode (trainers share their server's namespace)")
         return out
+
+
+def tail_of_process(p: Any) -> str:
+    """What a process that failed to start said (it is ended first)."""
+    p.kill()
+    try:
+        _, err = p.communicate(timeout=10)
+    except Exception:
+        return "no message"
+    return launch.tail_of(err or "")
 
 
 def extract(archive: bytes, into: Path) -> list[str]:

@@ -188,6 +188,8 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
                                                                               and net.netns(n.name) is not None))] \
                 if spec.collectors.tcp else []
             samplers = SamplerSet(trial_dir, t0, links=links, rate_hz=spec.collectors.rate_hz, tcp=tcp).start()
+            if spec.cluster is not None and spec.collectors.links:  # every other server's links, over ssh
+                net.start_samplers(t0, spec.collectors.rate_hz)
         # server first, so workers find it listening
         order = sorted(zip(jobs, paths), key=lambda jp: 0 if jp[0].role == "server" else 1)
         env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="eth0")
@@ -373,6 +375,8 @@ def _finish(manifest: dict[str, Any], result: TrialResult, procs: list[ProcInfo]
         net.stop()
     except Exception as e:
         manifest["teardown_error"] = str(e)
+    if getattr(net, "sampler_stats", None):  # other servers' link samplers, known once they stopped
+        manifest.setdefault("cluster", {})["remote_sampler_stats"] = net.sampler_stats
     result.wall_s = time.monotonic() - t_start
     from ..collect.records import start_barrier_s
 

@@ -92,6 +92,10 @@ def test_bsp_and_gsyn_across_two_servers_arrive_complete_on_one_clock(standins, 
         links = [json.loads(ln) for ln in (trial / "samples" / "links.jsonl").read_text().splitlines()]
         tx = [x["tx_bytes"] for x in links if x.get("link") == "a->b"]
         assert tx and tx[-1] - tx[0] > 100_000, tx[:3]
+        # and the stand-in's, sampled there over ssh on the launcher's clock: b's end of the tunnel
+        tx = [x for x in links if x.get("link") == "b->a"]
+        assert tx and tx[-1]["tx_bytes"] - tx[0]["tx_bytes"] > 100_000, tx[:3]
+        assert "error" not in c["remote_sampler_stats"]["s2"], c["remote_sampler_stats"]
         # one merged trace, valid
         problems = validate_trace(load_trace(next(trial.glob("trace.json*"))))
         assert problems == [], problems[:5]
@@ -226,6 +230,8 @@ def test_bsp_and_gsyn_in_shape_mode_run_on_the_servers_through_their_shapers(sta
         # the training's own traffic to c went through the launcher's shaper (sampled on its interface there)
         links = [json.loads(ln) for ln in (trial / "samples" / "links.jsonl").read_text().splitlines()]
         tx = [x["tx_bytes"] for x in links if x.get("link") == "a->c"]
+        assert tx and tx[-1] - tx[0] > 100_000, tx[:3]
+        tx = [x["tx_bytes"] for x in links if x.get("link") == "c->a"]  # the stand-in's shaper, sampled there
         assert tx and tx[-1] - tx[0] > 100_000, tx[:3]
         problems = validate_trace(load_trace(next(trial.glob("trace.json*"))))
         assert problems == [], problems[:5]
