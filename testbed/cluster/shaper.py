@@ -19,9 +19,14 @@ Why a namespace on the way out, not HTB on the NIC itself:
   netem would not need it (it orphans what it delays), the userspace backend does, and one path for both
   keeps the two backends' behaviour the same.
 
+The testbed's own control traffic (ssh to and from the cluster's SSH ports: commands, clock exchanges,
+fetched records) is looked up in the main table first (rules at :data:`CONTROL_PREF`), so it is never
+delayed, limited or dropped by a shaper, and a daemon that died (its path fails closed) cannot cut the
+launcher off the server it must clean up.  Everything else the server sends to those addresses is shaped.
+
 What it changes in the root namespace, all found by name or marker and removed by :func:`down` (also after
 a crash: ``testbed clean`` calls it): the veths ``tb-sh-*`` (they go with the namespace), routing table
-:data:`TABLE` and the rule with preference :data:`PREF` that points to it, and one ``FORWARD ... -j ACCEPT``
+:data:`TABLE`, the rule with preference :data:`PREF` that points to it and the control rules, and one ``FORWARD ... -j ACCEPT``
 per veth tagged :data:`MARKER` (a Docker host's FORWARD policy is DROP; the shaped packets come back from
 the namespace and are forwarded out).  Per-interface sysctls on the root-side veths (forwarding,
 accept_local for packets with this machine's own source address, rp_filter off) go with the veths; no
@@ -46,6 +51,7 @@ from .shaping import ServerShaping, lan_not_emulated
 NODE = "shape"  # the shaper's namespace is naming.netns_name(NODE): tb-shape
 TABLE = 4077
 PREF = 4077
+CONTROL_PREF = 4076  # ssh to and from the other servers: the main table, before PREF
 MARKER = "geo-testbed-shape"
 STATE_FILE = "shape.json"
 _LINK_NET = "169.254.77"  # /30 per destination DC: .4k+1 here, .4k+2 in the namespace
@@ -100,9 +106,11 @@ def check_machine(s: ServerShaping) -> None:
                               "packets come back from the shaper with this machine's own source address and "
                               "strict reverse-path filtering drops them",
                               "sysctl -w net.ipv4.conf.all.rp_filter=2 (loose, systemd's default) on that server")
-    if _run(["ip", "rule", "show", "pref", str(PREF)], check=False).stdout.strip():
-        raise ValidationError("rules", f"{s.server}: an ip rule with preference {PREF} exists already",
-                              f"`testbed clean` if it is a testbed leftover, else remove it (ip rule del pref {PREF})")
+    for pref in (CONTROL_PREF, PREF):
+        if _run(["ip", "rule", "show", "pref", str(pref)], check=False).stdout.strip():
+            raise ValidationError("rules", f"{s.server}: an ip rule with preference {pref} exists already",
+                                  f"`testbed clean` if it is a testbed leftover, else remove it "
+                                  f"(ip rule del pref {pref})")
     if _run(["ip", "route", "show", "table", str(TABLE)], check=False).stdout.strip():
         raise ValidationError("routes", f"{s.server}: routing table {TABLE} is in use",
                               f"`testbed clean` if it is a testbed leftover, else free table {TABLE}")
@@ -155,7 +163,8 @@ def up(topo: Topology, s: ServerShaping, *, impairment: str = "auto", allow_miss
                        seed=uimp.seed_for(seed, f"{NODE}.{inner}") if use_netem and seed is not None else None)
             if imp.backend == "userspace" and e.shape.needs_netem:
                 d = uimp.start(netns(), uimp.Point(NODE, inner, f"{s.dc}->{e.dst_dc}"), e.shape, seed)
-                daemons.append({"node": NODE, "ifname": inner, "pid": d.pid, "state_dir": str(d.state_dir)})
+                daemons.append({"node": NODE, "ifname": inner, "what": f"{s.dc}->{e.dst_dc}", "pid": d.pid,
+                                "state_dir": str(d.state_dir)})
         record = {"mode": "shape", "server": s.server, "topology": topo.name, "shaping": s.to_dict(),
                   "impairment": imp.to_dict(), "daemons": daemons, "table": TABLE, "pref": PREF}
         path = state_path()
@@ -219,7 +228,12 @@ def _build(s: ServerShaping) -> None:
               "mtu", "lock", str(e.shape.mtu), "table", str(TABLE)])
         _run(["iptables", "-w", "-I", "FORWARD", "1", "-i", root, "-m", "comment", "--comment", MARKER,
               "-j", "ACCEPT"])
-    # only what this machine sends (iif lo); what it forwards, and what comes back from tb-shape, is not steered
+    # only what this machine sends (iif lo); what it forwards, and what comes back from tb-shape, is not steered;
+    # nor is the testbed's own control traffic (ssh, either way), looked up in the main table first
+    for port in s.control_ports:
+        for way in ("dport", "sport"):
+            _run(["ip", "rule", "add", "pref", str(CONTROL_PREF), "iif", "lo", "ipproto", "tcp", way, str(port),
+                  "lookup", "main"])
     _run(["ip", "rule", "add", "pref", str(PREF), "iif", "lo", "lookup", str(TABLE)])
 
 
@@ -244,8 +258,9 @@ def forward_rules() -> list[list[str]]:
 def root_leftovers() -> list[str]:
     """Shape mode's root-namespace objects that exist now (the namespace and veths are counted elsewhere)."""
     out = []
-    if _run(["ip", "rule", "show", "pref", str(PREF)], check=False).stdout.strip():
-        out.append(f"ip rule pref {PREF}")
+    for pref in (CONTROL_PREF, PREF):
+        if _run(["ip", "rule", "show", "pref", str(pref)], check=False).stdout.strip():
+            out.append(f"ip rule pref {pref}")
     if _run(["ip", "route", "show", "table", str(TABLE)], check=False).stdout.strip():
         out.append(f"routing table {TABLE}")
     out += [" ".join(r) for r in forward_rules()]
@@ -254,8 +269,9 @@ def root_leftovers() -> list[str]:
 
 def remove_root_objects() -> None:
     """The rule, the table's routes and the marked FORWARD accepts (idempotent; read from the kernel)."""
-    while _run(["ip", "rule", "del", "pref", str(PREF)], check=False).returncode == 0:
-        pass
+    for pref in (CONTROL_PREF, PREF):
+        while _run(["ip", "rule", "del", "pref", str(pref)], check=False).returncode == 0:
+            pass
     _run(["ip", "route", "flush", "table", str(TABLE)], check=False)
     for rule in forward_rules():
         _run(["iptables", "-w", "-D", *rule[1:]], check=False)

@@ -70,15 +70,18 @@ class ServerShaping:
     address: str
     egress: tuple[Egress, ...]
     gso: bool = False  # the topology's gso (False: the server's shaped flows leave in wire-sized packets)
+    #: the servers' SSH ports: the testbed's own control traffic (commands, clock exchanges, records) is not
+    #: shaped, so a lossy or failed-closed path never cuts the launcher off a server it must clean up
+    control_ports: tuple[int, ...] = (22,)
 
     def to_dict(self) -> dict[str, Any]:
         return {"server": self.server, "dc": self.dc, "address": self.address, "gso": self.gso,
-                "egress": [e.to_dict() for e in self.egress]}
+                "control_ports": list(self.control_ports), "egress": [e.to_dict() for e in self.egress]}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ServerShaping:
         return cls(d["server"], d["dc"], d["address"], tuple(Egress.from_dict(e) for e in d["egress"]),
-                   bool(d.get("gso", False)))
+                   bool(d.get("gso", False)), tuple(d.get("control_ports", (22,))))
 
 
 def trainer_dcs(topo: Topology) -> list[str]:
@@ -178,7 +181,8 @@ def plan(topo: Topology, cluster: Cluster) -> dict[str, ServerShaping]:
                 continue
             shape, path = path_shape(topo, dc, other)
             egress.append(Egress(other, peer, addr[peer], shape, path))
-        out[server] = ServerShaping(server, dc, addr[server], tuple(egress), topo.gso)
+        out[server] = ServerShaping(server, dc, addr[server], tuple(egress), topo.gso,
+                                    tuple(sorted({s.port for s in cluster.servers})))
     return out
 
 

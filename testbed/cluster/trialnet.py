@@ -103,6 +103,7 @@ class ClusterTrialNetwork:
         self._poller: threading.Thread | None = None
         self._local: Any = None
         self._samplers: dict[str, Any] = {}  # server -> (ssh process, the write end of its stdin)
+        self._watchdog: Any = None
 
     def _assignment(self) -> dict[str, str]:
         """DC -> server."""
@@ -116,6 +117,10 @@ class ClusterTrialNetwork:
         self.timings["up_s"] = self.report["up_s"]
         self.offsets_ns = {s: int((r.get("clock") or {}).get("offset_ns", 0)) for s, r in self.report["servers"].items()}
         self._attach()
+        if self.userspace:  # the launcher's daemons: one that dies fails the trial (as on one machine)
+            from testbed.network import impairment as uimp
+
+            self._watchdog = uimp.watch(self)
         for server, d in self.scratch.items():
             srv = self.cluster.server(server)
             self.view.remote(server).run(as_root(srv, ["mkdir", "-p", f"{d}/events", f"{d}/procs", f"{d}/jobs",
@@ -199,6 +204,8 @@ class ClusterTrialNetwork:
         if self._poller is not None:  # no progress read may open a connection while they are being closed
             self._poller.join(timeout=60)
         problems = []
+        if self._watchdog is not None:
+            self._watchdog.stop()
         if self._samplers:
             self._stop_samplers()
         try:
@@ -363,8 +370,9 @@ class ShapeTrialNetwork(ClusterTrialNetwork):
         return {p.dc: name for name, p in self.plans.items()}
 
     def _attach(self) -> None:
-        from types import SimpleNamespace
+        from testbed.network import impairment as uimp
 
+        from .shaper import netns
         from .view import Impairments, ServerNetwork
 
         servers = self.report["servers"]
@@ -374,7 +382,8 @@ class ShapeTrialNetwork(ClusterTrialNetwork):
                                       tuple(x for r in servers.values() for x in r.get("skipped", [])))
         mine = servers.get(self.cluster.launcher)
         if mine is not None:
-            self.userspace = [SimpleNamespace(**d) for d in mine.get("daemons", [])]
+            self.userspace = [uimp.attach(netns(), uimp.Point(d["node"], d["ifname"], d["what"]))
+                              for d in mine.get("daemons", [])]
             self.applied = {self.cluster.launcher: mine.get("applied")}
 
     def self_test(self, log: Callable[[str], None] | None = None) -> Any:
@@ -399,7 +408,9 @@ class ShapeTrialNetwork(ClusterTrialNetwork):
         return {}
 
     def impairment_health(self) -> list[dict[str, Any]]:
-        return []
+        from testbed.network import impairment as uimp
+
+        return uimp.health_report(self.userspace)
 
     def _popen_local_trainer(self, node: str, argv: list[str], env: dict[str, str], **kw: Any) -> Any:
         p = self.view.popen(node, argv, env=env, **kw)

@@ -253,7 +253,9 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
             manifest["memory"] = memory
         result = _result(res, monitor, scheme.label, rep, trial_dir, procs, memory)
         if spec.cluster is not None and result.status != "ok":  # ssh's own status for a lost connection
-            lost = sorted({net.view.server_of(p.host) for p in procs if p.returncode == 255 and not net.is_local(p.host)})
+            # only where a remote process's exit is the reason given (ssh stopped by the teardown says 255 too)
+            lost = sorted({net.view.server_of(p.host) for p in procs if p.returncode == 255 and not net.is_local(p.host)
+                           and f"{p.name} exited with status 255" in result.reason})
             if lost:
                 result.reason += f" | status 255 is ssh's: the connection to {', '.join(lost)} was lost"
         if result.status != "ok" and net.links_down:  # the likely cause of a collective's timeout: say so

@@ -274,3 +274,49 @@ def test_a_sweep_runs_every_point_across_the_servers_and_resumes_only_on_the_sam
     r = run_cli("sweep", str(sweep), "--out", str(out), "--cluster", str(cluster), timeout=300)
     assert r.returncode == 0 and r.stderr.count("done already, skipped") == 2, r.stderr[-2000:]
     assert local_namespaces() == [] and s2_state(standins) == {}
+
+
+def test_a_shaper_that_dies_mid_trial_fails_it_naming_the_link(standins, tmp_path):
+    """The launcher's userspace daemon (a->c's delay) SIGKILLed while trainers run: the link fails closed,
+    the watchdog names it, the trial fails (no hang), and every server is clean afterwards."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from testbed.cluster import shaper
+    from tests.conftest import REPO, cli_env
+
+    long = dict(SPEC, name="killed", topology=RELAY, timeout="120s", schemes=[SPEC["schemes"][0]],
+                training=dict(SPEC["training"], stop={"steps": 400}))
+    spec = write(tmp_path, long, "killed.yaml")
+    cluster = write(tmp_path, standins.cluster(mode="shape"))
+    run = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(spec), "--cluster", str(cluster),
+                            "--results", str(tmp_path / "results"), "--json"], cwd=REPO, env=cli_env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        events = tmp_path / "results"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # training under way: a span file on the launcher grows
+            spans = list(events.rglob("events/a-h1*.jsonl"))
+            if spans and spans[0].stat().st_size > 2000:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("training did not start")
+        daemons = (shaper.read_state() or {}).get("daemons") or []
+        assert daemons, shaper.read_state()
+        t_kill = time.monotonic()
+        os.kill(daemons[0]["pid"], signal.SIGKILL)
+        out, err = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 1, err[-3000:]
+    trial = json.loads(out)["trials"][0]
+    print(f"\ntrial failed {trial['wall_s']:.1f} s after start, {time.monotonic() - t_kill:.1f} s after the kill "
+          f"(incl. teardown): {trial['reason'][:200]}")
+    assert trial["status"] == "failed" and "shape:sh-c (a->c): dead" in trial["reason"], trial
+    assert "connection" not in trial["reason"], trial  # the teardown's ssh exits are not called lost connections
+    assert local_namespaces() == [] and s2_state(standins) == {}
