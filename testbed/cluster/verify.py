@@ -91,12 +91,12 @@ def part_check_json() -> str:
 
 
 def self_test(view: ClusterNetwork, log: Callable[[str], None] | None = None) -> Any:
-    """The self-test a trial runs before training, across servers: every server's read-back checks and the
-    minimum RTT over every WAN link (tunnelled or not).  The one-machine self-test's UDP rate trains are not
-    run across servers yet (their sender script is the launcher's path): said as an ``info`` row."""
+    """The self-test a trial runs before training, across servers: every server's read-back checks, the
+    minimum RTT over every WAN link (tunnelled or not) and the one-machine self-test's UDP rate train per
+    link direction (sender and receiver each on its own router's server)."""
     import time as _time
 
-    from testbed.network.selftest import SelfTest, link_rtts
+    from testbed.network.selftest import SelfTest, link_rtts, rate_checks
     from testbed.network.verify import delay_applied
 
     t0 = _time.monotonic()
@@ -104,9 +104,11 @@ def self_test(view: ClusterNetwork, log: Callable[[str], None] | None = None) ->
     try:
         out.checks = part_checks(view, log or (lambda m: None))
         out.checks += link_rtts(view, delay_applied(view))
-        out.checks.append(Check("link_rate", "every link", None, None, "bit/s", "not measured across servers yet",
-                                "info", {"why": "the UDP rate trains are not run across servers yet; "
-                                                "`net verify --cluster` measures goodput on every link"}))
+        out.checks += rate_checks(view, [[(f"{src}->{dst}", s_node, d_node, d_ip, shape)
+                                          for src, dst, shape, s_node, d_node, d_ip in (
+                                              (w.a, w.b, w.forward, w.a_router, w.b_router, w.b_ip),
+                                              (w.b, w.a, w.reverse, w.b_router, w.a_router, w.a_ip))]
+                                         for w in view.plan.wans])
     except Exception as e:
         out.error = f"{type(e).__name__}: {e}"
     out.seconds = _time.monotonic() - t0
@@ -173,19 +175,22 @@ def pair_rtts(view: ServerNetwork, pings: int, say: Callable[[str], None]) -> li
 
 
 def shape_self_test(view: ServerNetwork, report: dict[str, Any], log: Callable[[str], None] | None = None) -> Any:
-    """The self-test a trial runs before training in shape mode: every shaper read back and the minimum RTT
-    per DC pair (goodput is ``net verify --cluster``'s: an ``info`` row says so)."""
+    """The self-test a trial runs before training in shape mode: every shaper read back, the minimum RTT
+    per DC pair, and a UDP rate train per direction, server to server (``selftest.rate_checks``)."""
     import time as _time
 
-    from testbed.network.selftest import SelfTest
+    from testbed.network.selftest import SelfTest, rate_checks
 
     t0 = _time.monotonic()
     out = SelfTest()
     try:
         out.checks = shaper_checks(view, report) + pair_rtts(view, 5, log or (lambda m: None))
-        out.checks.append(Check("link_rate", "every DC pair", None, None, "bit/s", "not measured before a trial",
-                                "info", {"why": "the shapers' rates are read back from each kernel; "
-                                                "`net verify --cluster` measures goodput per DC pair"}))
+        pairs: dict[frozenset[str], list[tuple[str, str, str, str, Any]]] = {}
+        for name, plan in view.plans.items():
+            for e in plan.egress:
+                pairs.setdefault(frozenset((name, e.dst_server)), []).append(
+                    (f"{plan.dc}->{e.dst_dc}", name, e.dst_server, e.address, e.shape))
+        out.checks += rate_checks(view, list(pairs.values()))
     except Exception as e:
         out.error = f"{type(e).__name__}: {e}"
     out.seconds = _time.monotonic() - t0

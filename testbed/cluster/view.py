@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 from topologies.model import Topology
 
-from .launch import remote_testbed
+from .launch import REPO, remote_testbed
 from .model import Cluster
 from .placement import Placement
 from .remote import Remote
@@ -55,10 +56,20 @@ def ssh_exec(remote: Remote, node: str, argv: list[str], pipes: list[int], **kw:
     try:
         # its own connection: a command that lives long (a trainer) must not end with the shared master
         return subprocess.Popen(remote.command(
-            remote_testbed(remote.server, ["net", "exec", "--until-eof", node, "--", *argv]), shared=False),
+            remote_testbed(remote.server, ["net", "exec", "--until-eof", node, "--",
+                                           *remote_argv(remote.server, argv)]), shared=False),
             stdin=r, **kw)
     finally:
         os.close(r)
+
+
+def remote_argv(server: Any, argv: list[str]) -> list[str]:
+    """``argv`` as it runs on ``server``: this interpreter is the server's Python, and a path in this checkout
+    is the same path in the server's (a probe script of the testbed's, e.g. the self-test's UDP train)."""
+    here = str(REPO) + "/"
+    there = (server.checkout or str(REPO)).rstrip("/") + "/"
+    return [server.python if a == sys.executable else there + a[len(here):] if a.startswith(here) else a
+            for a in argv]
 
 
 def close_all(remotes: dict[str, Remote], pipes: list[int]) -> None:

@@ -518,6 +518,16 @@ def _verify_result(args: argparse.Namespace, name: str, impairment: Any, checks:
     return 1 if failed else 0
 
 
+def _selftest_error(st: Any) -> list[Any]:
+    """A self-test that could not run, as a failed row (exit 1), never a silent pass."""
+    from .verify import Check
+
+    if not st.error:
+        return []
+    _say(f"self-test could not run: {st.error}")
+    return [Check("selftest", "error", None, None, "", "runs to its end", "fail", {"error": st.error})]
+
+
 def _verify_cluster(args: argparse.Namespace) -> int:
     """``net verify SPEC --cluster FILE``: up on every server, measure across them, down on every server."""
     from testbed.cluster import launch
@@ -526,9 +536,8 @@ def _verify_cluster(args: argparse.Namespace) -> int:
     from testbed.cluster.verify import verify as verify_cluster
     from testbed.cluster.view import ClusterNetwork
 
-    for flag, why in (("quick", "the self-test runs in trials, which do not span servers yet"),
-                      ("delays", "one-way delay compares stamps of two clocks: across servers that needs the "
-                                 "offset correction, not built into verify yet")):
+    for flag, why in (("delays", "one-way delay compares stamps of two clocks: across servers that needs the "
+                                 "offset correction, not built into verify yet"),):
         if getattr(args, flag):
             raise ValidationError(f"--{flag}", f"not available with --cluster yet: {why}",
                                   f"verify without --{flag} (or run it on one machine)")
@@ -542,7 +551,13 @@ def _verify_cluster(args: argparse.Namespace) -> int:
     try:
         _say(f"network up on {len(rep['servers'])} server(s) in {rep['up_s']:.2f} s; measuring ...")
         with ClusterNetwork.from_report(topo, cluster, placement, rep, with_ps=not args.no_ps) as view:
-            checks = verify_cluster(view, seconds=args.seconds, pings=args.pings, log=_say)
+            if args.quick:  # the self-test a trial across servers runs before training
+                from testbed.cluster.verify import self_test
+
+                st = self_test(view, log=_say)
+                checks = st.checks + _selftest_error(st)
+            else:
+                checks = verify_cluster(view, seconds=args.seconds, pings=args.pings, log=_say)
             impairment = view.impairment.to_dict()
     finally:
         _say("taking every server's part down ...")
@@ -565,7 +580,13 @@ def _verify_shape(args: argparse.Namespace, topo: Any, cluster: Any) -> int:
         _say(f"every server shaped in {rep['up_s']:.2f} s; measuring ...")
         plans = {n: ServerShaping.from_dict(p) for n, p in rep["shaping"].items()}
         with ServerNetwork(topo, cluster, plans) as view:
-            checks = verify_shape(view, rep, seconds=args.seconds, pings=args.pings, log=_say)
+            if args.quick:  # the self-test a trial in shape mode runs before training
+                from testbed.cluster.verify import shape_self_test
+
+                st = shape_self_test(view, rep, log=_say)
+                checks = st.checks + _selftest_error(st)
+            else:
+                checks = verify_shape(view, rep, seconds=args.seconds, pings=args.pings, log=_say)
     finally:
         _say("cleaning every server ...")
         launch.down(cluster)

@@ -112,32 +112,44 @@ def quick_check(net: Any, log: Any = None) -> SelfTest:
         out.checks.append(packets_check(net))
         out.checks += queue_checks(net)
         out.checks += link_rtts(net, delay_applied(net))
-        # The two directions of a link at once where their trains are light enough (full duplex:
-        # separate egress queues, senders and receivers), else one after the other: a train costs
-        # CPU per frame in its sender, its receiver and, under the userspace backend, the link's
-        # daemon, and two 250 Mbit/s trains on two cores starved a sender (measured: 139 of 250).
-        # Links one after another, so trains never share a path.
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            for w in net.plan.wans:
-                dirs = [(f"{src}->{dst}", s_node, d_node, d_ip, shape) for src, dst, shape, s_node, d_node, d_ip in (
-                    (w.a, w.b, w.forward, w.a_router, w.b_router, w.b_ip),
-                    (w.b, w.a, w.reverse, w.b_router, w.a_router, w.a_ip)) if shape.rate_bps]
-                together = sum(d[4].rate_bps for d in dirs) <= PARALLEL_MAX_BPS
-                jobs = []
-                for subject, s_node, d_node, d_ip, shape in dirs:
-                    args = (net, subject, s_node, d_node, d_ip, shape.rate_bps, shape.burst_bytes,
-                            shape.delay_s + shape.jitter_s)
-                    if together:
-                        jobs.append(pool.submit(_rate, *args))
-                    else:
-                        out.checks.append(_rate(*args))
-                out.checks += [j.result() for j in jobs]
+        out.checks += rate_checks(net, [[(f"{src}->{dst}", s_node, d_node, d_ip, shape)
+                                         for src, dst, shape, s_node, d_node, d_ip in (
+                                             (w.a, w.b, w.forward, w.a_router, w.b_router, w.b_ip),
+                                             (w.b, w.a, w.reverse, w.b_router, w.a_router, w.a_ip))]
+                                        for w in net.plan.wans])
     except Exception as e:  # a self-test that cannot run leaves the trial unverified: said, never hidden
         out.error = f"{type(e).__name__}: {e}"
     out.seconds = time.monotonic() - t0
     if log is not None:
         log(f"self-test: {'ok' if out.faithful else 'NETWORK NOT AS SPECIFIED'} in {out.seconds:.1f} s"
             + ("" if out.faithful else ": " + "; ".join(out.problems)))
+    return out
+
+
+def rate_checks(net: Any, links: list[list[tuple[str, str, str, str, Any]]]) -> list[Check]:
+    """A UDP train per direction with a rate: ``links`` lists, per link, its directions as
+    ``(subject, sender node, receiver node, receiver address, shape)``.
+
+    The two directions of a link at once where their trains are light enough (full duplex:
+    separate egress queues, senders and receivers), else one after the other: a train costs
+    CPU per frame in its sender, its receiver and, under the userspace backend, the link's
+    daemon, and two 250 Mbit/s trains on two cores starved a sender (measured: 139 of 250).
+    Links one after another, so trains never share a path.
+    """
+    out: list[Check] = []
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for dirs in links:
+            dirs = [d for d in dirs if d[4].rate_bps]
+            together = sum(d[4].rate_bps for d in dirs) <= PARALLEL_MAX_BPS
+            jobs = []
+            for subject, s_node, d_node, d_ip, shape in dirs:
+                args = (net, subject, s_node, d_node, d_ip, shape.rate_bps, shape.burst_bytes,
+                        shape.delay_s + shape.jitter_s)
+                if together:
+                    jobs.append(pool.submit(_rate, *args))
+                else:
+                    out.append(_rate(*args))
+            out += [j.result() for j in jobs]
     return out
 
 

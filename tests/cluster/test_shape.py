@@ -82,6 +82,13 @@ def test_verify_passes_on_a_relayed_path_in_both_directions(standins, tmp_path):
         assert row["status"] == "pass" and row["extra"]["rate_bps"] == rate, row
     assert out["shaping"]["s2"]["egress"][0]["shape"]["delay_s"] == pytest.approx(0.008)
     nothing_left(standins)
+    # --quick: the self-test a trial runs first (shapers read back, RTT, a UDP rate train each way)
+    r = run_cli("net", "verify", topo, "--cluster", cluster, "--quick", "--json", timeout=600)
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and out["ok"], r.stderr[-3000:]
+    rates = {c["subject"]: c for c in out["checks"] if c["kind"] == "link_rate"}
+    assert set(rates) == {"a->c", "c->a"} and all(c["status"] == "pass" for c in rates.values()), rates
+    nothing_left(standins)
 
 
 def test_net_up_stays_up_probed_from_both_servers_then_down(standins, tmp_path):

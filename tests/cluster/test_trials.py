@@ -88,6 +88,12 @@ def test_bsp_and_gsyn_across_two_servers_arrive_complete_on_one_clock(standins, 
         st = m["selftest"]
         assert st["error"] is None and st["faithful"], st
         assert {ch["extra"].get("server") for ch in st["checks"] if ch["kind"] == "queue_limit"} == {"s1", "s2"}
+        # a UDP rate train per link direction, the tunnelled a<->b too (sender and receiver on their servers)
+        rates = {ch["subject"]: ch for ch in st["checks"] if ch["kind"] == "link_rate"}
+        assert set(rates) == {"a->b", "b->a", "b->c", "c->b"}, rates
+        assert all(ch["status"] in ("pass", "info") for ch in rates.values()), rates
+        print(f"MEASURED {m['label']} self-test rate trains: " + ", ".join(
+            f"{k} x{v['extra']['ratio']:.3f} ({v['status']})" for k, v in sorted(rates.items())))
         # the launcher's part was sampled: its tunnel end carried the training's bytes
         links = [json.loads(ln) for ln in (trial / "samples" / "links.jsonl").read_text().splitlines()]
         tx = [x["tx_bytes"] for x in links if x.get("link") == "a->b"]
@@ -227,6 +233,10 @@ def test_bsp_and_gsyn_in_shape_mode_run_on_the_servers_through_their_shapers(sta
         assert st["error"] is None and st["faithful"], st
         rtt = next(ch for ch in st["checks"] if ch["kind"] == "pair_rtt")
         assert rtt["expected"] == pytest.approx(0.016) and rtt["status"] == "pass", rtt
+        rates = {ch["subject"]: ch for ch in st["checks"] if ch["kind"] == "link_rate"}
+        assert set(rates) == {"a->c", "c->a"} and all(ch["status"] == "pass" for ch in rates.values()), rates
+        print(f"MEASURED shape {m['label']} self-test rate trains: "
+              + ", ".join(f"{k} x{v['extra']['ratio']:.3f}" for k, v in sorted(rates.items())))
         # the training's own traffic to c went through the launcher's shaper (sampled on its interface there)
         links = [json.loads(ln) for ln in (trial / "samples" / "links.jsonl").read_text().splitlines()]
         tx = [x["tx_bytes"] for x in links if x.get("link") == "a->c"]

@@ -114,9 +114,14 @@ def test_a_dc_without_hosts_on_another_server_is_said_not_measured(standins, tmp
     nothing_left(standins)
 
 
-def test_delays_and_quick_are_refused_with_cluster(standins, tmp_path):
-    for flag in ("--delays", "--quick"):
-        r = run_cli("net", "verify", str(write(tmp_path, LINE, "topo.yaml")), "--cluster",
-                    str(write(tmp_path, standins.cluster(placement=PLACEMENT))), flag, timeout=60)
-        assert r.returncode == 2 and f"--{flag[2:]}" in r.stderr and "not available with --cluster" in r.stderr
+def test_delays_is_refused_with_cluster_quick_runs_the_trials_self_test(standins, tmp_path):
+    r = run_cli("net", "verify", str(write(tmp_path, LINE, "topo.yaml")), "--cluster",
+                str(write(tmp_path, standins.cluster(placement=PLACEMENT))), "--delays", timeout=60)
+    assert r.returncode == 2 and "--delays" in r.stderr and "not available with --cluster" in r.stderr
     assert local_namespaces() == [] and s2_state(standins) == {}
+    r, out = verify(standins, tmp_path, LINE, "--quick")
+    assert r.returncode == 0 and out["ok"], r.stderr[-3000:]
+    kinds = {(c["kind"], c["subject"]) for c in out["checks"]}
+    assert {("link_rate", d) for d in ("a->b", "b->a", "b->c", "c->b")} <= kinds, kinds
+    assert ("link_rtt", "a<->b") in kinds and ("link_goodput", "a->b") not in kinds
+    nothing_left(standins)
