@@ -373,11 +373,12 @@ class ShapeTrialNetwork(ClusterTrialNetwork):
         from testbed.network import impairment as uimp
 
         from .shaper import netns
-        from .view import Impairments, ServerNetwork
+        from .view import Impairments, ServerNetwork, clocks_of
 
         servers = self.report["servers"]
         self.view = ServerNetwork(self.topo, self.cluster, self.plans,  # type: ignore[assignment]
-                                  hosts={n: self.assignment[node.dc] for n, node in self.plan.nodes.items()})
+                                  hosts={n: self.assignment[node.dc] for n, node in self.plan.nodes.items()},
+                                  clocks=clocks_of(self.report))
         self.impairment = Impairments({s: r.get("impairment") for s, r in servers.items()},
                                       tuple(x for r in servers.values() for x in r.get("skipped", [])))
         mine = servers.get(self.cluster.launcher)

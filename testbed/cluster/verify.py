@@ -12,8 +12,9 @@ minimum RTT between their servers against the path's round trip, and iperf3 good
 path's rate, both from the servers' own namespaces (where the trainers run); and each server's shaper read
 back from its kernel (the report its ``shape-up`` returned).
 
-Not measured yet across servers: the one-way delay rows (``--delays``: they compare send and receive stamps,
-which on two servers differ by the clocks' offset), and goodput to or from a DC without hosts on another
+The one-way delay rows (``--delays``) compare a sender's stamps with a receiver's: across servers the
+receiver's clock offset from the sender's (both measured by the launcher, ``launch.up``) is taken out of
+every delay and recorded in the rows.  Not measured yet across servers: goodput to or from a DC without hosts on another
 server (its temporary probe endpoint is made on this machine only): both said, never silently left out.
 """
 
@@ -62,7 +63,7 @@ def part_checks(view: ClusterNetwork, log: Callable[[str], None]) -> list[Check]
 
 
 def verify(view: ClusterNetwork, seconds: float = 3.0, pings: int = 20,
-           log: Callable[[str], None] | None = None) -> list[Check]:
+           log: Callable[[str], None] | None = None, delays: bool = False) -> list[Check]:
     """Every check of ``net verify`` that this layer can make across servers (see the module's docstring)."""
     say_plain = log or (lambda m: None)
     checks = part_checks(view, say_plain)
@@ -80,7 +81,11 @@ def verify(view: ClusterNetwork, seconds: float = 3.0, pings: int = 20,
         remove_local_probe(name)
         view.extra.pop(name, None)
 
-    return checks + path_checks(view, Endpoints(view, add=add, remove=remove), progress(view, log), seconds, pings)
+    from testbed.network.verify import delay_applied
+
+    delays = delays and delay_applied(view)
+    return checks + path_checks(view, Endpoints(view, add=add, remove=remove), progress(view, log, delays), seconds,
+                                pings, delays)
 
 
 def part_check_json() -> str:
@@ -119,8 +124,9 @@ def self_test(view: ClusterNetwork, log: Callable[[str], None] | None = None) ->
 
 
 def verify_shape(view: ServerNetwork, report: dict[str, Any], seconds: float = 3.0, pings: int = 20,
-                 log: Callable[[str], None] | None = None) -> list[Check]:
-    """Shape mode's checks (module docstring): shapers read back, RTT per DC pair, goodput per direction."""
+                 log: Callable[[str], None] | None = None, delays: bool = False) -> list[Check]:
+    """Shape mode's checks (module docstring): shapers read back, RTT per DC pair, goodput per direction;
+    with ``delays`` the one-way delay, loss and order rows per direction (clocks corrected)."""
     from testbed.network.measure import iperf3
     from testbed.network.verify import GOODPUT_MIN_RATIO, best_goodput
     from traffic_control.shape import tcp_payload_fraction
@@ -152,6 +158,15 @@ def verify_shape(view: ServerNetwork, report: dict[str, Any], seconds: float = 3
                                 status, {"ratio": ratio, "rate_bps": e.shape.rate_bps, "path": list(e.path),
                                          "between": f"{a} -> {e.dst_server}", "retransmits": res.get("retransmits"),
                                          "attempts": attempts}))
+    if delays:
+        from testbed.network.delay_check import direction_checks
+
+        for a in servers:
+            for e in view.plans[a].egress:
+                if e.shape.needs_netem:
+                    say(f"one-way delay train {view.plans[a].dc}->{e.dst_dc} ({a} -> {e.dst_server}) ...")
+                    checks += direction_checks(view, f"{view.plans[a].dc}->{e.dst_dc}", a, e.dst_server, e.address,
+                                               e.shape)
     return checks
 
 

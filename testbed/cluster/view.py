@@ -72,6 +72,19 @@ def remote_argv(server: Any, argv: list[str]) -> list[str]:
             for a in argv]
 
 
+def clocks_of(report: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """Each server's measured clock (offset from the launcher's, error bound), in ns, from ``launch.up``'s
+    report (the launcher's own is 0, 0)."""
+    return {s: (int(r["clock"]["offset_ns"]), int(r["clock"]["bound_ns"]))
+            for s, r in report.get("servers", {}).items() if r.get("clock")}
+
+
+def offset_between(clocks: dict[str, tuple[int, int]], sender: str, receiver: str) -> tuple[float, float]:
+    """(receiver's clock - sender's clock, its error bound) in seconds, for two servers."""
+    a, b = clocks.get(sender, (0, 0)), clocks.get(receiver, (0, 0))
+    return (b[0] - a[0]) / 1e9, (a[1] + b[1]) / 1e9
+
+
 def close_all(remotes: dict[str, Remote], pipes: list[int]) -> None:
     """End every ssh connection (their remote commands with them) and the pipes that kept them alive."""
     for w in pipes:
@@ -99,6 +112,8 @@ class ClusterNetwork:
     _pipes: list[int] = field(default_factory=list, repr=False)
     #: temporary nodes made for a measurement (verify's probe endpoints): name -> DC
     extra: dict[str, str] = field(default_factory=dict)
+    #: server -> (clock offset from the launcher's, bound), ns (:func:`clocks_of`)
+    clocks: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from testbed.network.addressing import plan_network
@@ -112,7 +127,7 @@ class ClusterNetwork:
         servers = report["servers"]
         imp = Impairments({s: r.get("impairment") for s, r in servers.items()},
                           tuple(x for r in servers.values() for x in r.get("skipped", [])))
-        return cls(topo, cluster, placement, imp, with_ps)
+        return cls(topo, cluster, placement, imp, with_ps, clocks=clocks_of(report))
 
     def server_of(self, node: str) -> str:
         """The server that holds ``node`` (its DC's)."""
@@ -122,6 +137,11 @@ class ClusterNetwork:
     def is_local(self, node: str) -> bool:
         """Whether ``node`` (or a temporary node in :attr:`extra`) is on the launcher."""
         return self.server_of(node) == self.cluster.launcher
+
+    def clock_offset_s(self, sender: str, receiver: str) -> tuple[float, float]:
+        """How far ``receiver``'s server's clock runs off ``sender``'s, and its bound (s): what one-way delay
+        measurements across servers take out (testbed.network.delay_check)."""
+        return offset_between(self.clocks, self.server_of(sender), self.server_of(receiver))
 
     def local(self) -> Any:
         """The launcher's own part, attached (its nodes' commands run through it)."""
@@ -165,6 +185,8 @@ class ServerNetwork:
     plans: dict[str, Any]  # server -> shaping.ServerShaping
     #: a trial's hosts (and parameter server) -> the server of their DC, where they run
     hosts: dict[str, str] = field(default_factory=dict)
+    #: server -> (clock offset from the launcher's, bound), ns (:func:`clocks_of`)
+    clocks: dict[str, tuple[int, int]] = field(default_factory=dict)
     _remotes: dict[str, Remote] = field(default_factory=dict, repr=False)
     _pipes: list[int] = field(default_factory=list, repr=False)
 
@@ -176,6 +198,9 @@ class ServerNetwork:
 
     def is_local(self, node: str) -> bool:
         return self.server_of(node) == self.cluster.launcher
+
+    def clock_offset_s(self, sender: str, receiver: str) -> tuple[float, float]:
+        return offset_between(self.clocks, self.server_of(sender), self.server_of(receiver))
 
     def remote(self, server: str) -> Remote:
         if server not in self._remotes:

@@ -536,11 +536,6 @@ def _verify_cluster(args: argparse.Namespace) -> int:
     from testbed.cluster.verify import verify as verify_cluster
     from testbed.cluster.view import ClusterNetwork
 
-    for flag, why in (("delays", "one-way delay compares stamps of two clocks: across servers that needs the "
-                                 "offset correction, not built into verify yet"),):
-        if getattr(args, flag):
-            raise ValidationError(f"--{flag}", f"not available with --cluster yet: {why}",
-                                  f"verify without --{flag} (or run it on one machine)")
     cluster = load_cluster(args.cluster)
     topo = load(args.spec, scale=args.scale)
     if cluster.mode == "shape":
@@ -557,7 +552,7 @@ def _verify_cluster(args: argparse.Namespace) -> int:
                 st = self_test(view, log=_say)
                 checks = st.checks + _selftest_error(st)
             else:
-                checks = verify_cluster(view, seconds=args.seconds, pings=args.pings, log=_say)
+                checks = verify_cluster(view, seconds=args.seconds, pings=args.pings, log=_say, delays=args.delays)
             impairment = view.impairment.to_dict()
     finally:
         _say("taking every server's part down ...")
@@ -572,21 +567,22 @@ def _verify_shape(args: argparse.Namespace, topo: Any, cluster: Any) -> int:
     from testbed.cluster import launch
     from testbed.cluster.shaping import ServerShaping
     from testbed.cluster.verify import verify_shape
-    from testbed.cluster.view import ServerNetwork
+    from testbed.cluster.view import ServerNetwork, clocks_of
 
     rep = launch.up(topo, cluster, impairment=args.impairment, allow_missing_netem=args.allow_missing_netem,
                     seed=args.seed)
     try:
         _say(f"every server shaped in {rep['up_s']:.2f} s; measuring ...")
         plans = {n: ServerShaping.from_dict(p) for n, p in rep["shaping"].items()}
-        with ServerNetwork(topo, cluster, plans) as view:
+        with ServerNetwork(topo, cluster, plans, clocks=clocks_of(rep)) as view:
             if args.quick:  # the self-test a trial in shape mode runs before training
                 from testbed.cluster.verify import shape_self_test
 
                 st = shape_self_test(view, rep, log=_say)
                 checks = st.checks + _selftest_error(st)
             else:
-                checks = verify_shape(view, rep, seconds=args.seconds, pings=args.pings, log=_say)
+                checks = verify_shape(view, rep, seconds=args.seconds, pings=args.pings, log=_say,
+                                      delays=args.delays)
     finally:
         _say("cleaning every server ...")
         launch.down(cluster)

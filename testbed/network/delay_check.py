@@ -189,9 +189,34 @@ def checks_for(subject: str, shape: LinkShape, sent: dict[str, Any], got: dict[s
     return out
 
 
+#: the receiver's statistics that are times (one-way delays), shifted by a clock correction; sd is not
+TIME_STATS = ("mean_s", "min_s", "p50_s", "p99_s", "max_s")
+
+
+def corrected(got: dict[str, Any], offset_s: float) -> dict[str, Any]:
+    """A receiver's results with ``offset_s`` (its clock minus the sender's) taken out of every delay."""
+    out = dict(got)
+    for k in TIME_STATS:
+        if out.get(k) is not None:
+            out[k] = out[k] - offset_s
+    return out
+
+
 def direction_checks(net: Any, subject: str, s_node: str, d_node: str, d_ip: str, shape: LinkShape,
                      distribution: str | None = None) -> list[Check]:
-    """Run the train over one direction and compare it with ``shape``."""
+    """Run the train over one direction and compare it with ``shape``.
+
+    On one machine both ends read one clock.  Across servers (a network with ``clock_offset_s(sender,
+    receiver)``, testbed.cluster.view) the receiver's clock runs off the sender's by the offset the launcher
+    measured for each server; it is taken out of every delay and recorded in the rows (``clock_correction_s``,
+    with its error bound)."""
     count = int(train_seconds(shape) / SPACING_S)
     sent, got = run_train(net, s_node, d_node, d_ip, count, SPACING_S, shape.delay_s + shape.jitter_s)
-    return checks_for(subject, shape, sent, got, distribution)
+    correction = getattr(net, "clock_offset_s", None)
+    if correction is None:
+        return checks_for(subject, shape, sent, got, distribution)
+    offset_s, bound_s = correction(s_node, d_node)
+    rows = checks_for(subject, shape, sent, corrected(got, offset_s), distribution)
+    for row in rows:
+        row.extra.update(clock_correction_s=offset_s, clock_bound_s=bound_s)
+    return rows

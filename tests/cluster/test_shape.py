@@ -82,6 +82,16 @@ def test_verify_passes_on_a_relayed_path_in_both_directions(standins, tmp_path):
         assert row["status"] == "pass" and row["extra"]["rate_bps"] == rate, row
     assert out["shaping"]["s2"]["egress"][0]["shape"]["delay_s"] == pytest.approx(0.008)
     nothing_left(standins)
+    # --delays: one-way delay per direction, server to server, the measured clock offset taken out
+    r = run_cli("net", "verify", topo, "--cluster", cluster, "--delays", "--seconds", "1", "--pings", "5", "--json",
+                timeout=600)
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and out["ok"], r.stderr[-3000:]
+    means = {c["subject"]: c for c in out["checks"] if c["kind"] == "delay_mean"}
+    assert set(means) == {"a->c", "c->a"} and all(c["status"] == "pass" for c in means.values()), means
+    assert means["a->c"]["expected"] == pytest.approx(0.008)
+    assert means["a->c"]["extra"]["clock_correction_s"] == pytest.approx(0, abs=0.002)
+    nothing_left(standins)
     # --quick: the self-test a trial runs first (shapers read back, RTT, a UDP rate train each way)
     r = run_cli("net", "verify", topo, "--cluster", cluster, "--quick", "--json", timeout=600)
     out = json.loads(r.stdout)

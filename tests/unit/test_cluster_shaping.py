@@ -96,3 +96,17 @@ def test_cluster_place_prints_every_shaped_path(tmp_path):
         {"name": "s1", "address": "10.0.0.1"}]}))
     r = run_cli("cluster", "place", str(tmp_path / "t.yaml"), "--cluster", str(tmp_path / "c.yaml"))
     assert r.returncode == 2 and "servers" in r.stderr and "one server per DC" in r.stderr, r.stderr
+
+
+def test_one_way_delays_across_servers_take_out_the_receivers_clock_offset_from_the_senders():
+    from testbed.cluster.view import offset_between
+    from testbed.network.delay_check import corrected
+
+    clocks = {"s2": (250_000_000, 20_000), "s3": (-40_000_000, 30_000)}  # ns: ahead / behind the launcher's
+    assert offset_between(clocks, "s1", "s2") == pytest.approx((0.25, 2e-5))  # s1, the launcher: (0, 0)
+    assert offset_between(clocks, "s2", "s3") == pytest.approx((-0.29, 5e-5))
+    # a datagram sent from s1 at its 0.000 s, taking 5 ms, arrives at s2's clock reading 0.255 s
+    got = {"mean_s": 0.255, "min_s": 0.2549, "p50_s": 0.255, "p99_s": 0.256, "max_s": 0.257, "sd_s": 0.0004}
+    fixed = corrected(got, offset_between(clocks, "s1", "s2")[0])
+    assert fixed["mean_s"] == pytest.approx(0.005) and fixed["p99_s"] == pytest.approx(0.006)
+    assert fixed["sd_s"] == 0.0004  # a spread is no time of day
