@@ -85,42 +85,54 @@ def up(topo: Topology, cluster: Cluster, *, impairment: str = "auto", allow_miss
     each = parts(topo, cluster, placement)
     check_checkouts(cluster, [name for name in each if name != cluster.launcher], log)
     report: dict[str, Any] = {"placement": placement.to_dict(), "servers": {}}
-    done: list[str] = []
     t0 = time.monotonic()
+
+    def build_here() -> dict[str, Any]:
+        part = each[cluster.launcher]
+        log(f"{cluster.launcher} (this machine): building {', '.join(part.dcs)} ({len(part.tunnels)} tunnel(s))")
+        net = EmulatedNetwork(topo, impairment=impairment, allow_missing_netem=allow_missing_netem,
+                              with_ps=with_ps, seed=seed, log=log, part=part)
+        net.start()
+        net.stop_watching()
+        return part_report(net)
+
+    report["servers"] = build_everywhere(
+        cluster, list(each),
+        lambda name: _build_remote(topo, cluster, each[name], impairment, allow_missing_netem, with_ps, seed, log),
+        build_here, log, "a part failed: removing the parts built so far")
+    report["up_s"] = time.monotonic() - t0
+    return report
+
+
+def build_everywhere(cluster: Cluster, names: list[str], build_remote: Callable[[str], dict[str, Any]],
+                     build_here: Callable[[], dict[str, Any]], log: Callable[[str], None],
+                     failed: str) -> dict[str, Any]:
+    """Build on every server in ``names`` at once: the remote ones over ssh (``build_remote(name)``), this one
+    (``build_here()``, when it is among them) meanwhile; each one's report.  When any fails, every server in
+    ``names`` is taken down (a failure half-way leaves objects there) before the first error is raised."""
+    remote = [name for name in names if name != cluster.launcher]
+    out: dict[str, Any] = {}
     try:
-        remote = [name for name in each if name != cluster.launcher]
-        done.extend(remote)  # a failure half-way leaves objects there: down takes them
         errors: list[BaseException] = []
-        # every server builds at once: the remote ones over ssh, this one here meanwhile
         with ThreadPoolExecutor(max_workers=max(1, min(16, len(remote)))) as pool:
-            futures = {name: pool.submit(_build_remote, topo, cluster, each[name], impairment, allow_missing_netem,
-                                         with_ps, seed, log) for name in remote}
-            if cluster.launcher in each:
-                part = each[cluster.launcher]
-                log(f"{cluster.launcher} (this machine): building {', '.join(part.dcs)} "
-                    f"({len(part.tunnels)} tunnel(s))")
-                done.append(cluster.launcher)
+            futures = {name: pool.submit(build_remote, name) for name in remote}
+            if cluster.launcher in names:
                 try:
-                    net = EmulatedNetwork(topo, impairment=impairment, allow_missing_netem=allow_missing_netem,
-                                          with_ps=with_ps, seed=seed, log=log, part=part)
-                    net.start()
-                    net.stop_watching()
-                    report["servers"][cluster.launcher] = part_report(net)
+                    out[cluster.launcher] = build_here()
                 except Exception as e:
                     errors.append(e)
             for name, fut in futures.items():
                 try:
-                    report["servers"][name] = fut.result()
+                    out[name] = fut.result()
                 except Exception as e:
                     errors.append(e)
         if errors:
             raise errors[0]
     except BaseException:
-        log("a part failed: removing the parts built so far")
-        down(cluster, only=done, log=log)
+        log(failed)
+        down(cluster, only=list(names), log=log)
         raise
-    report["up_s"] = time.monotonic() - t0
-    return report
+    return out
 
 
 def up_shape(topo: Topology, cluster: Cluster, *, impairment: str = "auto", allow_missing_netem: bool = False,
@@ -130,36 +142,16 @@ def up_shape(topo: Topology, cluster: Cluster, *, impairment: str = "auto", allo
     from . import shaper, shaping
 
     plans = shaping.plan(topo, cluster)
-    remote = [name for name in plans if name != cluster.launcher]
-    check_checkouts(cluster, remote, log)
+    check_checkouts(cluster, [name for name in plans if name != cluster.launcher], log)
     report: dict[str, Any] = {"mode": "shape", "placement": {"assignment": {p.dc: n for n, p in plans.items()}},
-                              "shaping": {n: p.to_dict() for n, p in plans.items()}, "servers": {}}
+                              "shaping": {n: p.to_dict() for n, p in plans.items()}}
     t0 = time.monotonic()
-    done: list[str] = []
-    try:
-        done.extend(plans)
-        errors: list[BaseException] = []
-        with ThreadPoolExecutor(max_workers=max(1, min(16, len(remote)))) as pool:
-            futures = {name: pool.submit(_shape_remote, topo, cluster, plans[name], impairment, allow_missing_netem,
-                                         seed, log) for name in remote}
-            if cluster.launcher in plans:
-                try:
-                    report["servers"][cluster.launcher] = shaper.up(
-                        topo, plans[cluster.launcher], impairment=impairment,
-                        allow_missing_netem=allow_missing_netem, seed=seed, log=log)
-                except Exception as e:
-                    errors.append(e)
-            for name, fut in futures.items():
-                try:
-                    report["servers"][name] = fut.result()
-                except Exception as e:
-                    errors.append(e)
-        if errors:
-            raise errors[0]
-    except BaseException:
-        log("a server's shaping failed: cleaning every server")
-        down(cluster, only=done, log=log)
-        raise
+    report["servers"] = build_everywhere(
+        cluster, list(plans),
+        lambda name: _shape_remote(topo, cluster, plans[name], impairment, allow_missing_netem, seed, log),
+        lambda: shaper.up(topo, plans[cluster.launcher], impairment=impairment,
+                          allow_missing_netem=allow_missing_netem, seed=seed, log=log),
+        log, "a server's shaping failed: cleaning every server")
     report["up_s"] = time.monotonic() - t0
     return report
 

@@ -99,28 +99,15 @@ def self_test(view: ClusterNetwork, log: Callable[[str], None] | None = None) ->
     """The self-test a trial runs before training, across servers: every server's read-back checks, the
     minimum RTT over every WAN link (tunnelled or not) and the one-machine self-test's UDP rate train per
     link direction (sender and receiver each on its own router's server)."""
-    import time as _time
-
-    from testbed.network.selftest import SelfTest, link_rtts, rate_checks
+    from testbed.network.selftest import link_rtts, rate_checks, run_self_test, wan_directions
     from testbed.network.verify import delay_applied
 
-    t0 = _time.monotonic()
-    out = SelfTest()
-    try:
-        out.checks = part_checks(view, log or (lambda m: None))
-        out.checks += link_rtts(view, delay_applied(view))
-        out.checks += rate_checks(view, [[(f"{src}->{dst}", s_node, d_node, d_ip, shape)
-                                          for src, dst, shape, s_node, d_node, d_ip in (
-                                              (w.a, w.b, w.forward, w.a_router, w.b_router, w.b_ip),
-                                              (w.b, w.a, w.reverse, w.b_router, w.a_router, w.a_ip))]
-                                         for w in view.plan.wans])
-    except Exception as e:
-        out.error = f"{type(e).__name__}: {e}"
-    out.seconds = _time.monotonic() - t0
-    if log is not None:
-        log(f"self-test across servers: {'ok' if out.faithful else 'NETWORK NOT AS SPECIFIED'} in "
-            f"{out.seconds:.1f} s" + ("" if out.faithful else ": " + "; ".join(out.problems)))
-    return out
+    def body(checks: list[Check]) -> None:
+        checks += part_checks(view, log or (lambda m: None))
+        checks += link_rtts(view, delay_applied(view))
+        checks += rate_checks(view, wan_directions(view))
+
+    return run_self_test("self-test across servers", body, log)
 
 
 def verify_shape(view: ServerNetwork, report: dict[str, Any], seconds: float = 3.0, pings: int = 20,
@@ -192,27 +179,18 @@ def pair_rtts(view: ServerNetwork, pings: int, say: Callable[[str], None]) -> li
 def shape_self_test(view: ServerNetwork, report: dict[str, Any], log: Callable[[str], None] | None = None) -> Any:
     """The self-test a trial runs before training in shape mode: every shaper read back, the minimum RTT
     per DC pair, and a UDP rate train per direction, server to server (``selftest.rate_checks``)."""
-    import time as _time
+    from testbed.network.selftest import rate_checks, run_self_test
 
-    from testbed.network.selftest import SelfTest, rate_checks
-
-    t0 = _time.monotonic()
-    out = SelfTest()
-    try:
-        out.checks = shaper_checks(view, report) + pair_rtts(view, 5, log or (lambda m: None))
+    def body(checks: list[Check]) -> None:
+        checks += shaper_checks(view, report) + pair_rtts(view, 5, log or (lambda m: None))
         pairs: dict[frozenset[str], list[tuple[str, str, str, str, Any]]] = {}
         for name, plan in view.plans.items():
             for e in plan.egress:
                 pairs.setdefault(frozenset((name, e.dst_server)), []).append(
                     (f"{plan.dc}->{e.dst_dc}", name, e.dst_server, e.address, e.shape))
-        out.checks += rate_checks(view, list(pairs.values()))
-    except Exception as e:
-        out.error = f"{type(e).__name__}: {e}"
-    out.seconds = _time.monotonic() - t0
-    if log is not None:
-        log(f"self-test (shape mode): {'ok' if out.faithful else 'NETWORK NOT AS SPECIFIED'} in {out.seconds:.1f} s"
-            + ("" if out.faithful else ": " + "; ".join(out.problems)))
-    return out
+        checks += rate_checks(view, list(pairs.values()))
+
+    return run_self_test("self-test (shape mode)", body, log)
 
 
 def shaper_checks(view: ServerNetwork, report: dict[str, Any]) -> list[Check]:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,25 +106,39 @@ def _mbit(v: float | None) -> str:
 
 def quick_check(net: Any, log: Any = None) -> SelfTest:
     """Run the self-test on a started network (see the module docstring); never raises."""
+
+    def body(checks: list[Check]) -> None:
+        # read back, instant: wire-sized packets everywhere, every queue limit the one the plan derived
+        checks.append(packets_check(net))
+        checks += queue_checks(net)
+        checks += link_rtts(net, delay_applied(net))
+        checks += rate_checks(net, wan_directions(net))
+
+    return run_self_test("self-test", body, log)
+
+
+def run_self_test(what: str, body: Callable[[list[Check]], None], log: Any = None) -> SelfTest:
+    """``body(checks)`` appends its rows; timed, and logged as ``what``.  Never raises: a self-test that cannot
+    run leaves the trial unverified, which its ``error`` (and so the manifest) says, never hidden; the rows
+    made before the error are kept."""
     t0 = time.monotonic()
     out = SelfTest()
     try:
-        # read back, instant: wire-sized packets everywhere, every queue limit the one the plan derived
-        out.checks.append(packets_check(net))
-        out.checks += queue_checks(net)
-        out.checks += link_rtts(net, delay_applied(net))
-        out.checks += rate_checks(net, [[(f"{src}->{dst}", s_node, d_node, d_ip, shape)
-                                         for src, dst, shape, s_node, d_node, d_ip in (
-                                             (w.a, w.b, w.forward, w.a_router, w.b_router, w.b_ip),
-                                             (w.b, w.a, w.reverse, w.b_router, w.a_router, w.a_ip))]
-                                        for w in net.plan.wans])
-    except Exception as e:  # a self-test that cannot run leaves the trial unverified: said, never hidden
+        body(out.checks)
+    except Exception as e:
         out.error = f"{type(e).__name__}: {e}"
     out.seconds = time.monotonic() - t0
     if log is not None:
-        log(f"self-test: {'ok' if out.faithful else 'NETWORK NOT AS SPECIFIED'} in {out.seconds:.1f} s"
+        log(f"{what}: {'ok' if out.faithful else 'NETWORK NOT AS SPECIFIED'} in {out.seconds:.1f} s"
             + ("" if out.faithful else ": " + "; ".join(out.problems)))
     return out
+
+
+def wan_directions(net: Any) -> list[list[tuple[str, str, str, str, Any]]]:
+    """Per WAN link of ``net.plan``, its two directions as :func:`rate_checks` takes them."""
+    return [[(f"{src}->{dst}", s_node, d_node, d_ip, shape) for src, dst, shape, s_node, d_node, d_ip in (
+        (w.a, w.b, w.forward, w.a_router, w.b_router, w.b_ip),
+        (w.b, w.a, w.reverse, w.b_router, w.a_router, w.a_ip))] for w in net.plan.wans]
 
 
 def rate_checks(net: Any, links: list[list[tuple[str, str, str, str, Any]]]) -> list[Check]:
