@@ -40,13 +40,15 @@ import json
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from topologies.model import Topology
 from traffic_control.errors import ValidationError
 
 from ..network import naming
-from .shaping import ServerShaping, lan_not_emulated
+
+if TYPE_CHECKING:  # the plan's module (pydantic models) only where a plan is used: `testbed clean` imports this
+    from .shaping import ServerShaping
 
 NODE = "shape"  # the shaper's namespace is naming.netns_name(NODE): tb-shape
 TABLE = 4077
@@ -174,6 +176,8 @@ def up(topo: Topology, s: ServerShaping, *, impairment: str = "auto", allow_miss
         say(f"{s.server}: shaping failed: removing what was built")
         down()
         raise
+    from .shaping import lan_not_emulated
+
     report = {"dcs": [s.dc], "ifname": ifname, "nodes": 0, "tunnels": 0, "egress": len(s.egress), "impairment": imp.backend,
               "skipped": list(imp.skipped) + lan_not_emulated(topo, s.dc), "daemons": daemons, "up_s": time.monotonic() - t0,
               "applied": read_back(s)}

@@ -150,13 +150,6 @@ def cleanup(verbose: bool = False) -> dict[str, list[str]]:
             report["impairment"] = [f"{n_rules} userspace-impairment rule(s)"]
     except ImportError:
         pass
-    # shape mode's rule, routing table and FORWARD accepts (its namespace goes below)
-    from ..cluster import shaper
-
-    shaped = shaper.root_leftovers()
-    shaper.remove_root_objects()
-    if shaped:
-        report["shape"] = shaped
     ns_names = owned_netns()
     for n in ns_names:
         try:
@@ -164,6 +157,15 @@ def cleanup(verbose: bool = False) -> dict[str, list[str]]:
         except OSError:
             pass
     report["netns"] = ns_names
+    try:  # shape mode's rule, routing table and FORWARD accepts (its namespace went above); never in the way
+        from ..cluster import shaper  # of the namespaces' removal, which comes first
+
+        shaped = shaper.root_leftovers()
+        if shaped:
+            shaper.remove_root_objects()
+            report["shape"] = shaped
+    except Exception as e:
+        report["shape"] = [f"not cleaned: {type(e).__name__}: {e}"]
     from .ovs import remove_all as remove_ovs
 
     report["ovs"] = remove_ovs()
@@ -187,7 +189,10 @@ def leftovers() -> dict[str, list[str]]:
     out = {"processes": [str(p) for p in owned_pids()], "netns": owned_netns(), "links": owned_links(),
            "containers": docker_hosts.owned()}
     out["cgroups"] = [str(p) for p in cgroups.find_all()]
-    from ..cluster import shaper
+    try:
+        from ..cluster import shaper
 
-    out["shape"] = shaper.root_leftovers()
+        out["shape"] = shaper.root_leftovers()
+    except Exception as e:
+        out["shape"] = [f"unreadable: {type(e).__name__}: {e}"]
     return {k: v for k, v in out.items() if v}

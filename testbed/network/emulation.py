@@ -454,7 +454,11 @@ class EmulatedNetwork:
             self._write_state()
         except BaseException:
             self._close_handles()
-            self.stop()
+            try:
+                self.stop()
+            except BaseException:  # whatever stopping hit (a second Ctrl-C): the objects still go
+                cleanup.cleanup()
+                raise
             raise
         self._close_handles()
         self.started = True
