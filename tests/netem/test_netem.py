@@ -525,11 +525,19 @@ def test_reorder_switch_changes_in_place(net):
 
 # -------------------------------------------------------------------- loss
 def test_loss_within_binomial_bound(net):
+    """2 % loss, 2000 datagrams: the count lost within 4 sigma.  Under TCG a probe process can be starved for
+    seconds (CI once read 1731 of 2000 lost: the receiver gave up on a 3 s silence mid-stream), so a train
+    outside the bound is sent again, up to 3 trains with new draws; a link that really loses the wrong share
+    fails all three."""
     n, p = 2000, 0.02
-    r = probe(net, router("b"), router("f"), peer_ip(net, "b", "f"), count=n, burst=20, gap_s=0.004, port=7704)
-    lost = n - r["unique"]
     sigma = math.sqrt(n * p * (1 - p))
-    report("loss b->f", f"lost {lost} of {n}, expected {n * p:.0f} +- {4 * sigma:.1f}")
+    for attempt in range(3):
+        r = probe(net, router("b"), router("f"), peer_ip(net, "b", "f"), count=n, burst=20, gap_s=0.004,
+                  port=7704 + 10 * attempt)
+        lost = n - r["unique"]
+        report("loss b->f", f"lost {lost} of {n}, expected {n * p:.0f} +- {4 * sigma:.1f} (train {attempt + 1})")
+        if abs(lost - n * p) <= 4 * sigma:
+            break
     assert abs(lost - n * p) <= 4 * sigma, f"lost {lost} of {n}; expected {n * p:.0f} +- {4 * sigma:.1f} (4 sigma)"
     # the reverse direction has no loss: a short stream arrives whole
     back = probe(net, router("f"), router("b"), peer_ip(net, "f", "b"), count=200, burst=20, gap_s=0.004,
