@@ -148,21 +148,17 @@ class ClusterTrialNetwork:
         """A link sampler on every remote server (``testbed cluster sample`` over ssh, its own connection): its
         part's interfaces, on the launcher's clock (``t0_ns`` shifted by the server's offset), into the trial's
         scratch directory there; it stops when its stdin closes (:meth:`stop`, or the launcher's death)."""
-        import os
         import subprocess
 
+        from .view import ssh_until_eof
+
         for server, d in self.scratch.items():
-            srv = self.cluster.server(server)
             argv = ["cluster", "sample", "--out", d, "--server", server, "--t0-ns",
                     str(t0_ns + self.offsets_ns.get(server, 0)), "--rate-hz", str(rate_hz)]
-            r, w = os.pipe()
-            try:
-                p = subprocess.Popen(self.view.remote(server).command(launch.remote_testbed(srv, argv, owned=True),
-                                                                      shared=False),
-                                     stdin=r, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            finally:
-                os.close(r)
-            self._samplers[server] = (p, w)
+            pipes: list[int] = []
+            p = ssh_until_eof(self.view.remote(server), argv, pipes, owned=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+            self._samplers[server] = (p, pipes[0])
             ready = p.stdout.readline().strip() if p.stdout else ""
             if ready != "ready":
                 self.log(f"cluster: {server}: link sampler did not start: {tail_of_process(p)}")

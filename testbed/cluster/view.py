@@ -45,20 +45,26 @@ class Impairments:
 
 
 def ssh_exec(remote: Remote, node: str, argv: list[str], pipes: list[int], **kw: Any) -> subprocess.Popen[Any]:
-    """``argv`` in ``node`` on ``remote``'s server: ssh runs ``net exec --until-eof`` with its stdin on a pipe
-    whose write end is kept in ``pipes``, so the command lives while this process and its ssh do."""
+    """``argv`` in ``node`` on ``remote``'s server: ssh runs ``net exec --until-eof`` (:func:`ssh_until_eof`)."""
     if kw.pop("env", None) is not None:
         raise ValueError("a remote node's command takes no env here (its server's own is used)")
+    return ssh_until_eof(remote, ["net", "exec", "--until-eof", node, "--", *remote_argv(remote.server, argv)],
+                         pipes, **kw)
+
+
+def ssh_until_eof(remote: Remote, args: list[str], pipes: list[int], owned: bool = False,
+                  **kw: Any) -> subprocess.Popen[Any]:
+    """``testbed ARGS`` on ``remote``'s server over its own ssh connection, its stdin a pipe whose write end is
+    kept in ``pipes``: the command (which ends at EOF) lives while this process and its ssh do, and closing
+    the pipe (:func:`close_all`) or this process's death ends it there too."""
     kw.pop("preexec_fn", None)
-    kw.pop("stdin", None)  # its stdin is the pipe that keeps it alive (the remote command's own is /dev/null)
+    kw.pop("stdin", None)  # its stdin is the pipe that keeps it alive
     r, w = os.pipe()
     pipes.append(w)
     try:
         # its own connection: a command that lives long (a trainer) must not end with the shared master
-        return subprocess.Popen(remote.command(
-            remote_testbed(remote.server, ["net", "exec", "--until-eof", node, "--",
-                                           *remote_argv(remote.server, argv)]), shared=False),
-            stdin=r, **kw)
+        return subprocess.Popen(remote.command(remote_testbed(remote.server, args, owned=owned), shared=False),
+                                stdin=r, **kw)
     finally:
         os.close(r)
 
@@ -98,8 +104,32 @@ def close_all(remotes: dict[str, Remote], pipes: list[int]) -> None:
     remotes.clear()
 
 
+class Connections:
+    """What both views share: one ssh connection per server, opened on first use and kept until
+    :meth:`close` (with the pipes that keep their long-lived remote commands alive)."""
+
+    cluster: Cluster
+    _remotes: dict[str, Remote]
+    _pipes: list[int]
+
+    def remote(self, server: str) -> Remote:
+        """The server's ssh connection, opened once and kept until :meth:`close`."""
+        if server not in self._remotes:
+            self._remotes[server] = Remote(self.cluster.server(server), self.cluster)
+        return self._remotes[server]
+
+    def close(self) -> None:
+        close_all(self._remotes, self._pipes)
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 @dataclass
-class ClusterNetwork:
+class ClusterNetwork(Connections):
     """A network up on several servers (``launch.up``), addressed as one."""
 
     topo: Topology
@@ -151,12 +181,6 @@ class ClusterNetwork:
             self._local = EmulatedNetwork.attach()
         return self._local
 
-    def remote(self, server: str) -> Remote:
-        """The server's ssh connection, opened once and kept until :meth:`close`."""
-        if server not in self._remotes:
-            self._remotes[server] = Remote(self.cluster.server(server), self.cluster)
-        return self._remotes[server]
-
     def popen(self, node: str, argv: list[str], **kw: Any) -> subprocess.Popen[Any]:
         """Start ``argv`` in ``node``'s namespace on its own server (remote: :func:`ssh_exec`)."""
         if self.is_local(node):
@@ -164,18 +188,10 @@ class ClusterNetwork:
         where = self.server_of(node)
         return ssh_exec(self.remote(where), node, argv, self._pipes, **kw)
 
-    def close(self) -> None:
-        close_all(self._remotes, self._pipes)
-
-    def __enter__(self) -> ClusterNetwork:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 @dataclass
-class ServerNetwork:
+class ServerNetwork(Connections):
     """Shape mode's network, seen from the launcher: its nodes are the servers themselves (each one DC's host,
     :mod:`.shaper`), named as in the cluster file; a node's command runs on that server, in its own
     namespace (remote: ``net exec --until-eof SERVER`` over ssh, as for :class:`ClusterNetwork`)."""
@@ -202,11 +218,6 @@ class ServerNetwork:
     def clock_offset_s(self, sender: str, receiver: str) -> tuple[float, float]:
         return offset_between(self.clocks, self.server_of(sender), self.server_of(receiver))
 
-    def remote(self, server: str) -> Remote:
-        if server not in self._remotes:
-            self._remotes[server] = Remote(self.cluster.server(server), self.cluster)
-        return self._remotes[server]
-
     def popen(self, node: str, argv: list[str], **kw: Any) -> subprocess.Popen[Any]:
         server = self.server_of(node)
         if server == self.cluster.launcher:
@@ -215,11 +226,3 @@ class ServerNetwork:
             return subprocess.Popen(argv, env=owned_env(node, kw.pop("env", None)), **kw)
         return ssh_exec(self.remote(server), server, argv, self._pipes, **kw)
 
-    def close(self) -> None:
-        close_all(self._remotes, self._pipes)
-
-    def __enter__(self) -> ServerNetwork:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
