@@ -6,7 +6,7 @@ reached over SSH only, so the number includes what the cluster adds on real serv
 remote part built by its own `testbed` process) but not a real network's latency.  All servers share this
 machine's two cores: the parts are built at once (remote ones over ssh, the launcher's meanwhile), so here
 they compete for CPU where real servers would not.  Each configuration is brought up and down ``--rounds`` times, the
-configurations alternating; the median is printed.  Needs root, openssh-server and faketime.
+configurations alternating; the median is printed.  Needs root, openssh-server and gcc.
 
     sudo .venv/bin/python benchmarks/cluster_up.py [--topology geo_wan] [--rounds 3]
 """

@@ -15,8 +15,9 @@
 #   WITH_VAGRANT=1  also install Debian's vagrant (CI uses it for `vagrant validate`)
 #   WITH_DOCKER=1   also install Debian's docker.io and debootstrap, and start the Docker daemon
 #                   (runtime: docker hosts; `testbed image build` makes their image)
-#   WITH_CLUSTER=1  also install openssh-server and faketime: the stand-in servers of the several-servers
-#                   tests (tests/cluster: each runs its own sshd; one has its clock set off). On a
+#   WITH_CLUSTER=1  also install openssh-server and gcc: the stand-in servers of the several-servers
+#                   tests (tests/cluster: each runs its own sshd; one has its clock set off by a
+#                   small preload library the tests build, tests/cluster/clockshift.c). On a
 #                   systemd machine Debian enables the ssh service when the package is installed.
 #   VENV            default .venv in the repository
 set -euo pipefail
@@ -42,7 +43,7 @@ APT_PACKAGES=(
 )
 if [ "${WITH_VAGRANT:-0}" = 1 ]; then APT_PACKAGES+=(vagrant); fi
 if [ "${WITH_DOCKER:-0}" = 1 ]; then APT_PACKAGES+=(docker.io debootstrap); fi
-if [ "${WITH_CLUSTER:-0}" = 1 ]; then APT_PACKAGES+=(openssh-server faketime); fi
+if [ "${WITH_CLUSTER:-0}" = 1 ]; then APT_PACKAGES+=(openssh-server gcc libc6-dev); fi
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -160,40 +160,12 @@ def cmd_shape_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def link_targets() -> list[Any]:
-    """This server's shaped interfaces as link-sampler targets: its part's WAN egress and tunnel ends
-    (emulate mode), or its shapers, one per destination DC (shape mode)."""
-    from ..collect.samplers import LinkTarget
-    from . import shaper
-
-    shaped = shaper.read_state()
-    if shaped is not None:
-        dc = shaped["shaping"]["dc"]
-        return [LinkTarget(shaper.NODE, shaper.ns_ifname(e["dst_dc"]), f"{dc}->{e['dst_dc']}", shaper.netns())
-                for e in shaped["shaping"]["egress"]]
-    from ..network.emulation import EmulatedNetwork
-
-    return [LinkTarget(w["node"], w["ifname"], w["link"], w["netns"]) for w in EmulatedNetwork.attach().wan_interfaces()]
-
-
 def cmd_sample(args: argparse.Namespace) -> int:
-    """Run by a trial across servers over ssh: sample this server's links into OUT/samples/links-SERVER.jsonl
-    until stdin closes (the launcher ends the trial, or its connection goes)."""
-    from ..collect.samplers import LinkSampler
+    """Run by a trial across servers over ssh: sample this server into OUT/samples/*-SERVER.jsonl until stdin
+    closes (:mod:`.sampling`)."""
+    from .sampling import serve
 
-    sampler = LinkSampler(Path(args.out) / "samples" / f"links-{args.server}.jsonl", link_targets(), args.t0_ns,
-                          args.rate_hz)
-    sampler.start()
-    print("ready", flush=True)
-    try:
-        while os.read(0, 65536):
-            pass
-    except OSError:
-        pass
-    finally:
-        stats = sampler.stop()
-    print(json.dumps(stats, default=str), flush=True)
-    return 0
+    return serve(args.out, args.server, args.t0_ns, args.rate_hz, links=args.links, tcp=args.tcp, procs=args.procs)
 
 
 def cmd_part_check(args: argparse.Namespace) -> int:
@@ -232,12 +204,15 @@ def register(sub: Any) -> None:
     su = csub.add_parser("shape-up", help="(run by `net up --cluster` over ssh, shape mode) shape this server's "
                                          "egress to the other DCs from JSON on stdin")
     su.set_defaults(func=cmd_shape_up)
-    sa = csub.add_parser("sample", help="(run by a trial across servers over ssh) sample this server's links "
-                                        "until stdin closes")
+    sa = csub.add_parser("sample", help="(run by a trial across servers over ssh) sample this server's links, "
+                                        "TCP connections, trainers and CPU saturation until stdin closes")
     sa.add_argument("--out", required=True, help="the trial's scratch directory on this server")
     sa.add_argument("--server", required=True, help="this server's name (the file's name)")
     sa.add_argument("--t0-ns", type=int, required=True, help="the trial's t0 on this server's clock")
     sa.add_argument("--rate-hz", type=float, default=10.0, help="samples per second")
+    sa.add_argument("--links", action="store_true", help="sample this server's shaped interfaces")
+    sa.add_argument("--tcp", action="store_true", help="sample its trainers' TCP connections")
+    sa.add_argument("--procs", action="store_true", help="sample its trainers' CPU and memory")
     sa.set_defaults(func=cmd_sample)
     pc = csub.add_parser("part-check", help="(run by `net verify --cluster` over ssh) read this server's part back: "
                                             "daemons alive, wire-sized packets, queue limits; JSON")

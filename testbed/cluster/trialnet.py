@@ -16,9 +16,10 @@ servers (emulate mode, :mod:`.launch`), so a trial across servers is the same tr
 * ``stop``: every remote scratch directory comes back into the trial directory (tar over ssh: events,
   metrics, process records; not the rewritten job files), is removed there, and every part goes down.
 
-Samplers (links, TCP, processes) and the CPU-saturation watch see the launcher's part only: said in the
-manifest's ``cluster`` record.  Docker hosts, link schedules and cross traffic across servers are refused
-before anything is built.
+Samplers (links, TCP, processes) and the CPU-saturation watch run on every server: the launcher's as on one
+machine, every other server's by ``testbed cluster sample`` over ssh (:mod:`.sampling`), their rows merged
+into the trial's files at ``stop``.  Docker hosts, link schedules and cross traffic across servers are
+refused before anything is built.
 """
 
 from __future__ import annotations
@@ -144,24 +145,34 @@ class ClusterTrialNetwork:
 
         return self_test(self.view, log=log)
 
-    def start_samplers(self, t0_ns: int, rate_hz: float) -> None:
-        """A link sampler on every remote server (``testbed cluster sample`` over ssh, its own connection): its
-        part's interfaces, on the launcher's clock (``t0_ns`` shifted by the server's offset), into the trial's
-        scratch directory there; it stops when its stdin closes (:meth:`stop`, or the launcher's death)."""
+    def start_samplers(self, t0_ns: int, rate_hz: float, *, links: bool = True, tcp: bool = True,
+                       procs: bool = True) -> None:
+        """``testbed cluster sample`` on every remote server (over ssh, its own connection; :mod:`.sampling`):
+        the collectors the spec asks for, and always the CPU-saturation watch, on the launcher's clock (``t0_ns``
+        shifted by the server's offset), into the trial's scratch directory there; it stops when its stdin
+        closes (:meth:`stop`, or the launcher's death)."""
         import subprocess
 
         from .view import ssh_until_eof
 
+        wanted = [f"--{k}" for k, on in (("links", links), ("tcp", tcp), ("procs", procs)) if on]
         for server, d in self.scratch.items():
             argv = ["cluster", "sample", "--out", d, "--server", server, "--t0-ns",
-                    str(t0_ns + self.offsets_ns.get(server, 0)), "--rate-hz", str(rate_hz)]
+                    str(t0_ns + self.offsets_ns.get(server, 0)), "--rate-hz", str(rate_hz), *wanted]
             pipes: list[int] = []
             p = ssh_until_eof(self.view.remote(server), argv, pipes, owned=True, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
             self._samplers[server] = (p, pipes[0])
             ready = p.stdout.readline().strip() if p.stdout else ""
             if ready != "ready":
-                self.log(f"cluster: {server}: link sampler did not start: {tail_of_process(p)}")
+                self.log(f"cluster: {server}: samplers did not start: {tail_of_process(p)}")
+
+    def tcp_targets(self) -> list[Any]:
+        """The launcher's TCP-sampler targets: its part's trainer hosts and parameter server."""
+        from testbed.collect.tcp_sampler import TcpTarget
+
+        return [TcpTarget(n, self.netns(n)) for n, node in self.plan.nodes.items()
+                if node.role in ("host", "ps") and self.is_local(n)]
 
     def _stop_samplers(self) -> dict[str, Any]:
         """End every remote sampler (EOF on its stdin) and wait for its last record; each one's stats."""
@@ -185,14 +196,23 @@ class ClusterTrialNetwork:
         self.sampler_stats = out
         return out
 
-    def _merge_link_samples(self) -> None:
-        """Each remote server's link samples (fetched as ``samples/links-<server>.jsonl``) appended to the
-        trial's one ``samples/links.jsonl``: its rows carry their own link names, on the launcher's clock."""
+    def _merge_samples(self) -> None:
+        """Each remote server's samples (fetched as ``samples/<kind>-<server>.jsonl``) appended to the trial's
+        one ``samples/<kind>.jsonl``: its rows carry their own link, node or host names, on the launcher's
+        clock.  Its ``sampler_stats-<server>.json`` goes too (the manifest's ``remote_sampler_stats`` holds
+        it)."""
         samples = self.trial_dir / "samples"
-        for f in sorted(samples.glob("links-*.jsonl")):
-            with (samples / "links.jsonl").open("a", encoding="utf-8") as out:
-                out.write(f.read_text(encoding="utf-8"))
+        for kind in ("links", "tcp", "procs"):
+            for f in sorted(samples.glob(f"{kind}-*.jsonl")):
+                with (samples / f"{kind}.jsonl").open("a", encoding="utf-8") as out:
+                    out.write(f.read_text(encoding="utf-8"))
+                f.unlink()
+        for f in samples.glob("sampler_stats-*.json"):
             f.unlink()
+
+    def remote_cpu_saturation(self) -> dict[str, Any]:
+        """Each remote server's CPU saturation during the trial (from its sampler's last line)."""
+        return {s: st["cpu_saturation"] for s, st in self.sampler_stats.items() if "cpu_saturation" in st}
 
     def stop(self) -> None:
         """Fetch every remote server's records, remove its scratch directory, take every part down."""
@@ -211,7 +231,7 @@ class ClusterTrialNetwork:
                 except Exception as e:  # the other servers' records still come back, every part still goes
                     problems.append(f"{server}: records not fetched: {e}")
                     self.log(f"cluster: {problems[-1]}")
-            self._merge_link_samples()
+            self._merge_samples()
         finally:
             try:
                 if self.view is not None:
@@ -230,9 +250,9 @@ class ClusterTrialNetwork:
                 "clock_correction": "each remote trainer's t0_ns is the launcher's plus its server's measured "
                                     "offset, so every ts is on the launcher's clock",
                 "scratch": self.scratch,
-                "sampled": "links on every server (remote ones by `cluster sample` over ssh, merged into "
-                           "samples/links.jsonl); TCP and process samplers and the CPU-saturation watch on the "
-                           "launcher's part only"}
+                "sampled": "links, TCP connections, trainer processes and CPU saturation on every server (the "
+                           "remote ones by `cluster sample` over ssh, their rows merged into samples/*.jsonl, their "
+                           "CPU saturation under cpu_saturation.servers)"}
 
     # ---------------------------------------------------------------- nodes
     def is_local(self, node: str) -> bool:
@@ -350,8 +370,9 @@ class ShapeTrialNetwork(ClusterTrialNetwork):
     themselves (a DC's hosts share its server's address; their collectives bind to its interface), remote
     ones over ssh with their records fetched back as in emulate mode.
 
-    Samplers: the launcher's shapers' interfaces (one per destination DC) for links; no TCP sampler (the
-    trainers share the server's namespace with everything else on it)."""
+    Samplers: the launcher's shapers' interfaces (one per destination DC) for links; TCP in the server's own
+    namespace, narrowed to connections between trainer addresses off the ssh ports (the trainers share that
+    namespace with the testbed's control traffic)."""
 
     def __init__(self, topo: Topology, cluster: Cluster, **kw: Any) -> None:
         from . import shaping
@@ -391,6 +412,12 @@ class ShapeTrialNetwork(ClusterTrialNetwork):
     def netns(self, node: str) -> None:
         return None  # the server's own namespace
 
+    def tcp_targets(self) -> list[Any]:
+        from .sampling import shape_tcp_target
+
+        mine = self.plans.get(self.cluster.launcher)
+        return [shape_tcp_target(self.cluster.launcher, mine.to_dict())] if mine is not None else []
+
     def trainer_ifname(self, node: str) -> str:
         return self.report["servers"][self.view.server_of(node)]["ifname"]
 
@@ -417,8 +444,9 @@ class ShapeTrialNetwork(ClusterTrialNetwork):
     def record(self) -> dict[str, Any]:
         out = super().record()
         out["shaping"] = {n: p.to_dict() for n, p in self.plans.items()}
-        out["sampled"] = ("the launcher's shapers (one interface per destination DC) by the link sampler; no TCP "
-                          "sampler in shape mode (trainers share their server's namespace)")
+        out["sampled"] = ("every server's shapers (one interface per destination DC) by the link sampler; TCP in "
+                          "each server's own namespace, only connections between trainer addresses off its ssh "
+                          "ports (node: the server's name); trainer processes and CPU saturation on every server")
         return out
 
 

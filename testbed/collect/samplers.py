@@ -505,22 +505,23 @@ class SamplerSet:
 
     ``start()``/``stop()`` are what the runner and the overhead benchmark
     call; ``stop()`` returns both samplers' stats and also writes them to
-    ``samples/sampler_stats.json`` so the overhead can be read after the fact.
+    ``samples/sampler_stats.json`` so the overhead can be read after the fact.  ``suffix`` goes into every
+    file's name (``links-s2.jsonl``): another server's samplers, whose files join the launcher's.
     """
 
     def __init__(self, trial_dir: str | os.PathLike[str], t0_ns: int,
                  links: Iterable[LinkTarget] = (), procs: Iterable[ProcTarget] = (),
                  rate_hz: float = DEFAULT_RATE_HZ, proc_rate_hz: float | None = None,
-                 tcp: Iterable[Any] = ()) -> None:
+                 tcp: Iterable[Any] = (), suffix: str = "") -> None:
         from .tcp_sampler import TcpSampler
 
         samples = Path(trial_dir) / "samples"
         links = list(links)
         tcp = list(tcp)
-        self.links = LinkSampler(samples / "links.jsonl", links, t0_ns, rate_hz) if links else None
-        self.tcp = TcpSampler(samples / "tcp.jsonl", tcp, t0_ns, rate_hz) if tcp else None
-        self.procs = ProcSampler(samples / "procs.jsonl", procs, t0_ns, proc_rate_hz or rate_hz)
-        self.stats_path = samples / "sampler_stats.json"
+        self.links = LinkSampler(samples / f"links{suffix}.jsonl", links, t0_ns, rate_hz) if links else None
+        self.tcp = TcpSampler(samples / f"tcp{suffix}.jsonl", tcp, t0_ns, rate_hz) if tcp else None
+        self.procs = ProcSampler(samples / f"procs{suffix}.jsonl", procs, t0_ns, proc_rate_hz or rate_hz)
+        self.stats_path = samples / f"sampler_stats{suffix}.json"
 
     def start(self) -> SamplerSet:
         started: list[PeriodicSampler] = []

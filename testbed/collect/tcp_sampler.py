@@ -44,10 +44,22 @@ _CA_STATES = ("open", "disorder", "cwr", "recovery", "loss")
 
 @dataclass(frozen=True)
 class TcpTarget:
-    """A namespace whose connections are sampled, and the node name its lines carry."""
+    """A namespace whose connections are sampled, and the node name its lines carry.
+
+    ``addresses`` and ``skip_ports`` narrow a namespace the trainers share with other traffic (shape mode:
+    a server's own namespace also holds its ssh sessions): only connections with both ends in
+    ``addresses`` (empty: any) and neither port in ``skip_ports`` are kept."""
 
     node: str
     netns: str | int | None  # name, /proc/<pid>/ns/net path, pid, or None (this process's own)
+    addresses: frozenset[str] = frozenset()
+    skip_ports: frozenset[int] = frozenset()
+
+    def keeps(self, msg: Any) -> bool:
+        """Whether a socket-diag message is one of this target's connections."""
+        if self.addresses and not {str(msg.get("idiag_src")), str(msg.get("idiag_dst"))} <= self.addresses:
+            return False
+        return not ({msg.get("idiag_sport"), msg.get("idiag_dport")} & self.skip_ports)
 
 
 def _diag_socket_in(ns_path: str | None) -> Any:
@@ -115,10 +127,12 @@ class TcpSampler(PeriodicSampler):
         self.targets = list(targets)
         self._socks: dict[str, Any] = {}
         self._last: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+        self._by_node: dict[str, TcpTarget] = {}
 
     def _open(self) -> None:
         for t in self.targets:
             self._socks[t.node] = _diag_socket_in(netns_path(t.netns))
+        self._by_node = {t.node: t for t in self.targets}
 
     def _close(self) -> None:
         for s in self._socks.values():
@@ -137,7 +151,10 @@ class TcpSampler(PeriodicSampler):
             except Exception as exc:  # a node that went away: said once per tick, others still sampled
                 self._error(f"{node}: {type(exc).__name__}: {exc}")
                 continue
+            target = self._by_node[node]
             for msg in msgs:
+                if not target.keeps(msg):
+                    continue
                 row = connection_row(msg)
                 if row is None:
                     continue

@@ -183,13 +183,12 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
         if spec.collectors.links or spec.collectors.procs or spec.collectors.tcp:
             links = [LinkTarget(w["node"], w["ifname"], w["link"], w["netns"]) for w in net.wan_interfaces()] \
                 if spec.collectors.links else []
-            tcp = [TcpTarget(n.name, net.netns(n.name)) for n in net.plan.nodes.values()
-                   if n.role in ("host", "ps") and (spec.cluster is None or (net.is_local(n.name)
-                                                                              and net.netns(n.name) is not None))] \
-                if spec.collectors.tcp else []
+            tcp = ([TcpTarget(n.name, net.netns(n.name)) for n in net.plan.nodes.values() if n.role in ("host", "ps")]
+                   if spec.cluster is None else net.tcp_targets()) if spec.collectors.tcp else []
             samplers = SamplerSet(trial_dir, t0, links=links, rate_hz=spec.collectors.rate_hz, tcp=tcp).start()
-            if spec.cluster is not None and spec.collectors.links:  # every other server's links, over ssh
-                net.start_samplers(t0, spec.collectors.rate_hz)
+        if spec.cluster is not None:  # every other server's samplers and CPU watch, over ssh
+            c = spec.collectors
+            net.start_samplers(t0, c.rate_hz, links=c.links, tcp=c.tcp, procs=c.procs)
         # server first, so workers find it listening
         order = sorted(zip(jobs, paths), key=lambda jp: 0 if jp[0].role == "server" else 1)
         env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="eth0")
@@ -281,6 +280,18 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
                     merge_trial, cross)
     result.last = _tail_metrics(trial_dir)
     return result
+
+
+def remote_cpu_saturation(manifest: dict[str, Any], servers: dict[str, dict[str, Any]]) -> None:
+    """Other servers' CPU saturation into the trial's ``cpu_saturation``: under ``servers``, and each saturated
+    reason, named by its server, among the trial's (a starved server's links and trainers are as unfaithful
+    as the launcher's)."""
+    if not servers:
+        return
+    sat = manifest.setdefault("cpu_saturation", {"saturated": []})
+    sat["servers"] = servers
+    sat["saturated"] = list(sat.get("saturated") or []) + [f"{s}: {r}" for s, st in servers.items()
+                                                            for r in st.get("saturated") or []]
 
 
 def faithfulness(manifest: dict[str, Any]) -> list[str]:
@@ -377,8 +388,9 @@ def _finish(manifest: dict[str, Any], result: TrialResult, procs: list[ProcInfo]
         net.stop()
     except Exception as e:
         manifest["teardown_error"] = str(e)
-    if getattr(net, "sampler_stats", None):  # other servers' link samplers, known once they stopped
+    if getattr(net, "sampler_stats", None):  # other servers' samplers, known once they stopped
         manifest.setdefault("cluster", {})["remote_sampler_stats"] = net.sampler_stats
+        remote_cpu_saturation(manifest, net.remote_cpu_saturation())
     result.wall_s = time.monotonic() - t_start
     from ..collect.records import start_barrier_s
 

@@ -5,9 +5,13 @@ key the test made.  Each stand-in's sshd runs in its own network namespace and, 
 mount and PID namespaces with a private ``/run`` (so ``/run/netns`` and ``/run/geo-testbed`` are its own): a
 testbed started there over SSH sees its own state, namespaces and processes, not the launcher's.  (The
 launcher, in the root PID namespace, does see the stand-ins' processes: a plain ``testbed clean`` there would
-end them, which no real server allows; the tests take parts down with ``net down --cluster``, remote first.)  A stand-in may be given a clock offset
-(libfaketime preloaded into every session through sshd's ``SetEnv``), a stand-in for a server whose clock is
-off.  The launcher is the test's own (root) namespace, joined to the bridge by a veth.
+end them, which no real server allows; the tests take parts down with ``net down --cluster``, remote first.)
+
+A stand-in may be given a clock offset, a stand-in for a server whose clock is off: ``clockshift.c``, built
+by the fixture and preloaded into every session through sshd's ``SetEnv``, shifts the wall clock only, as two
+real servers' clocks differ.  (libfaketime, used first, also faked the monotonic clock with wall-clock values:
+Python's timed waits never timed out there, so a sampler ticked twice in a trial.)  The launcher is the test's
+own (root) namespace, joined to the bridge by a veth.
 
 Names are ``tbsrv*`` (not the testbed's ``tb-`` prefix): the fixture made them and the fixture removes them,
 also when a test fails; ``testbed clean`` never touches them.
@@ -34,17 +38,17 @@ from tests.conftest import REPO
 NET = "tbsrv-net"  # the namespace holding the servers' bridge (out of the root namespace's firewall)
 SUBNET = "10.231.0"
 LAUNCHER_IF = "tbsrv0"
-FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+CLOCKSHIFT_C = Path(__file__).with_name("clockshift.c")
 
 
 def require() -> None:
-    """Skip the calling test unless stand-ins can run here: root, sshd, libfaketime."""
+    """Skip the calling test unless stand-ins can run here: root, sshd, a C compiler (the clock shift)."""
     import pytest
 
     if os.geteuid() != 0:
         pytest.skip("needs root (network namespaces, sshd)")
-    if not os.path.exists("/usr/sbin/sshd") or not os.path.exists(FAKETIME_LIB):
-        pytest.skip("needs openssh-server and faketime for the stand-in servers (WITH_CLUSTER=1 make bootstrap)")
+    if not os.path.exists("/usr/sbin/sshd") or shutil.which("gcc") is None:
+        pytest.skip("needs openssh-server and gcc for the stand-in servers (WITH_CLUSTER=1 make bootstrap)")
 
 
 def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -112,6 +116,13 @@ class StandInServers:
             sh("ip", "-n", s.netns, "link", "set", "eth0", "up")
             sh("ip", "-n", s.netns, "link", "set", "lo", "up")
 
+    def clockshift(self) -> Path:
+        """The clock-shift library (``clockshift.c``), built once into the work directory."""
+        lib = self.workdir / "clockshift.so"
+        if not lib.exists():
+            sh("gcc", "-shared", "-fPIC", "-O2", "-o", str(lib), str(CLOCKSHIFT_C), "-ldl")
+        return lib
+
     def _sshd(self, s: StandIn) -> None:
         d = self.workdir / s.name
         d.mkdir()
@@ -119,7 +130,7 @@ class StandInServers:
         shutil.copy(f"{self.key}.pub", d / "authorized_keys")
         env = f"TESTBED_STANDIN={s.name}"
         if s.clock_offset_s:
-            env += f" LD_PRELOAD={FAKETIME_LIB} FAKETIME={s.clock_offset_s:+.6f} FAKETIME_DONT_RESET=1 FAKETIME_DISABLE_SHM=1"
+            env += f" LD_PRELOAD={self.clockshift()} TESTBED_CLOCK_OFFSET_NS={round(s.clock_offset_s * 1e9)}"
         (d / "sshd_config").write_text(
             f"ListenAddress {s.address}\nPort 22\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n"
             f"PidFile none\nStrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\n"

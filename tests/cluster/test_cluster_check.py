@@ -1,20 +1,22 @@
 """``testbed cluster check`` against stand-in servers reached over SSH only (tests/cluster/standins.py).
 
 Run as a user runs it: the CLI is a separate process, the servers are sshd daemons in their own network,
-mount and PID namespaces, one of them with its clock set off by a known amount (libfaketime), so the
+mount and PID namespaces, one of them with its clock set off by a known amount (tests/cluster/clockshift.c), so the
 measured offset can be held against the truth.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
+import sys
 import time
 
 import pytest
 import yaml
 
-from tests.cluster.standins import StandInServers, require
+from tests.cluster.standins import StandInServers, on_s2, require
 from tests.conftest import run_cli
 
 pytestmark = [pytest.mark.root]
@@ -55,6 +57,12 @@ def test_check_reaches_every_server_and_measures_its_clock(standins, tmp_path):
         assert c["bound_ns"] <= 1e6 and err_ms <= c["bound_ns"] / 1e6 + 0.05, (srv, c)
         assert rows[srv]["uid"] == 0 and rows[srv]["has_checkout"] and rows[srv]["problems"] == []
     assert masters() == before, "the CLI left ssh master connections behind"
+    # the shift is the wall clock's only: a timed wait there takes the time it says (a sampler's ticks)
+    code = ("import threading, time; e = threading.Event(); n = 0; t = time.monotonic()\n"
+            "while time.monotonic() - t < 1.0:\n    e.wait(0.05); n += 1\nprint(n)")
+    cp = on_s2(standins, f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}", timeout=30)
+    assert cp.returncode == 0 and 15 <= int(cp.stdout) <= 21, (cp.stdout, cp.stderr)
+    print(f"MEASURED on the stand-in (clock {OFFSETS_S[0]:+.3f} s): {int(cp.stdout)} timed waits of 50 ms in 1 s")
 
 
 def test_a_server_without_sshd_fails_clearly_and_the_rest_is_checked(standins, tmp_path):

@@ -1,6 +1,6 @@
 """``testbed run SPEC --cluster FILE``: real training trials across a launcher and a stand-in server.
 
-The stand-in's clock runs 250 ms ahead (libfaketime through its sshd): a trial's records line up on the
+The stand-in's clock runs 250 ms ahead (clockshift.c through its sshd): a trial's records line up on the
 launcher's clock only when the correction works.  The CLI runs in its own process; the stand-in's
 trainers start there over ssh only, and their records come back by tar over ssh.
 """
@@ -54,6 +54,29 @@ def barrier_ends_s(trial: Path) -> dict[str, float]:
     return out
 
 
+def assert_every_server_sampled(trial: Path, m: dict, remote_hosts: set[str], tcp_nodes: set[str]) -> None:
+    """TCP connections, trainer processes and CPU saturation were sampled on the stand-in too, over ssh, and its
+    rows joined the trial's own files on the launcher's clock (between t0 and the trial's end)."""
+    samples = trial / "samples"
+    assert not list(samples.glob("*-s2.json*")), list(samples.iterdir())  # merged, not left beside
+    span_s = m["end"] - m["t0_ns"] / 1e9
+    procs = [json.loads(ln) for ln in (samples / "procs.jsonl").read_text().splitlines()]
+    sampled = {x["host"] for x in procs}
+    assert remote_hosts <= sampled, (remote_hosts, sampled)
+    remote = [x for x in procs if x["host"] in remote_hosts]
+    assert all(0 <= x["ts"] / 1e9 <= span_s + 1 for x in remote), (span_s, remote[:3])
+    assert max(x["cpu_percent"] for x in remote) > 5 and min(x["rss_bytes"] for x in remote) > 10e6, remote[:3]
+    tcp = [json.loads(ln) for ln in (samples / "tcp.jsonl").read_text().splitlines()]
+    assert tcp_nodes <= {x["node"] for x in tcp}, (tcp_nodes, {x["node"] for x in tcp})
+    assert all(0 <= x["ts"] / 1e9 <= span_s + 1 for x in tcp), span_s
+    stats = m["cluster"]["remote_sampler_stats"]["s2"]
+    assert stats["trainers_found"] == len({x["pid"] for x in remote}) >= 1, stats
+    cpu = m["cpu_saturation"]["servers"]["s2"]
+    assert cpu["machine"]["samples"] >= 2 and cpu["machine"]["mean"] > 0, cpu
+    print(f"MEASURED {m['label']}: stand-in sampled {len(remote)} process rows of {sorted(remote_hosts)}, "
+          f"{sum(1 for x in tcp if x['node'] in tcp_nodes)} TCP rows; its CPU mean {cpu['machine']['mean']:.2f}")
+
+
 def test_bsp_and_gsyn_across_two_servers_arrive_complete_on_one_clock(standins, tmp_path):
     spec = write(tmp_path, SPEC, "spread.yaml")
     cluster = write(tmp_path, standins.cluster(placement=PLACEMENT))
@@ -102,6 +125,9 @@ def test_bsp_and_gsyn_across_two_servers_arrive_complete_on_one_clock(standins, 
         tx = [x for x in links if x.get("link") == "b->a"]
         assert tx and tx[-1]["tx_bytes"] - tx[0]["tx_bytes"] > 100_000, tx[:3]
         assert "error" not in c["remote_sampler_stats"]["s2"], c["remote_sampler_stats"]
+        # and its trainers' connections and processes, and its CPU
+        remote = {"b-h1", "c-h1"} | ({"b-ps"} if m["label"] == "gsyn" else set())
+        assert_every_server_sampled(trial, m, remote, {"b-h1", "c-h1", "a-h1"})
         # one merged trace, valid
         problems = validate_trace(load_trace(next(trial.glob("trace.json*"))))
         assert problems == [], problems[:5]
@@ -243,6 +269,11 @@ def test_bsp_and_gsyn_in_shape_mode_run_on_the_servers_through_their_shapers(sta
         assert tx and tx[-1] - tx[0] > 100_000, tx[:3]
         tx = [x["tx_bytes"] for x in links if x.get("link") == "c->a"]  # the stand-in's shaper, sampled there
         assert tx and tx[-1] - tx[0] > 100_000, tx[:3]
+        # TCP (one target per server: its own namespace, trainer addresses only) and processes on both
+        assert_every_server_sampled(trial, m, {"c-h1"} | ({"c-ps"} if m["label"] == "gsyn" else set()),
+                                    {"s1", "s2"})
+        tcp = [json.loads(ln) for ln in (trial / "samples" / "tcp.jsonl").read_text().splitlines()]
+        assert not [x for x in tcp if x["src"].endswith(":22") or x["dst"].endswith(":22")], tcp[:3]  # no ssh
         problems = validate_trace(load_trace(next(trial.glob("trace.json*"))))
         assert problems == [], problems[:5]
     assert local_namespaces() == []

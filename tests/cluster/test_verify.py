@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def standins(tmp_path_factory):
-    # no clock offset here: libfaketime shifts a stand-in's userspace clock, not the kernel's receive stamps
+    # no clock offset here: the clock shift moves a stand-in's userspace clock, not the kernel's receive stamps
     # that the one-way delay train reads, so a shifted stand-in cannot stand in for a server whose clock is off
     # (the correction's arithmetic: tests/unit/test_cluster_shaping.py)
     yield from running(tmp_path_factory.mktemp("verify"), 1)
