@@ -168,6 +168,30 @@ def cmd_sample(args: argparse.Namespace) -> int:
     return serve(args.out, args.server, args.t0_ns, args.rate_hz, links=args.links, tcp=args.tcp, procs=args.procs)
 
 
+def cmd_part_set(args: argparse.Namespace) -> int:
+    """Run by ``net set --cluster`` and trials' link schedules over ssh: this server's share of a link change
+    (JSON on stdin), one JSON line out (:mod:`.linkset`)."""
+    from .linkset import part_set, serve
+
+    if args.serve:
+        return serve()
+    print(json.dumps(part_set(json.loads(sys.stdin.read())), default=str))
+    return 0
+
+
+def cmd_part_endpoint(args: argparse.Namespace) -> int:
+    """Run by a trial's cross traffic over ssh: add or remove a temporary node on one of this server's DCs."""
+    from ..network.emulation import EmulatedNetwork
+    from ..network.endpoints import remove_endpoint
+
+    if args.action == "add":
+        EmulatedNetwork.attach().add_endpoint(args.dc, args.name, args.host_octet, args.ovs_port,
+                                              as_host=args.as_host)
+    else:
+        remove_endpoint(args.name, args.ovs_port)
+    return 0
+
+
 def cmd_part_check(args: argparse.Namespace) -> int:
     """Run by ``net verify --cluster`` over ssh: this server's read-back checks of its part, JSON on stdout."""
     from .verify import part_check_json
@@ -214,6 +238,24 @@ def register(sub: Any) -> None:
     sa.add_argument("--tcp", action="store_true", help="sample its trainers' TCP connections")
     sa.add_argument("--procs", action="store_true", help="sample its trainers' CPU and memory")
     sa.set_defaults(func=cmd_sample)
+    ps = csub.add_parser("part-set", help="(run by `net set --cluster` and link schedules over ssh) apply this "
+                                          "server's share of a link change from JSON on stdin")
+    ps.add_argument("--serve", action="store_true", help="answer one JSON request per stdin line until EOF (a "
+                                                           "trial's link schedule)")
+    ps.set_defaults(func=cmd_part_set)
+    pe = csub.add_parser("part-endpoint", help="(run by a trial's cross traffic over ssh) add or remove a "
+                                               "temporary node on one of this server's DCs")
+    pesub = pe.add_subparsers(dest="action", required=True)
+    pa = pesub.add_parser("add", help="add NAME on DC's LAN at host part HOST_OCTET")
+    pa.add_argument("dc")
+    pa.add_argument("name")
+    pa.add_argument("host_octet", type=int)
+    pa.add_argument("ovs_port", type=int)
+    pa.add_argument("--as-host", action="store_true", help="shape its link as a host's (the LAN's MTU and shape)")
+    pr = pesub.add_parser("remove", help="remove NAME (its processes, its namespace)")
+    pr.add_argument("name")
+    pr.add_argument("ovs_port", type=int)
+    pe.set_defaults(func=cmd_part_endpoint)
     pc = csub.add_parser("part-check", help="(run by `net verify --cluster` over ssh) read this server's part back: "
                                             "daemons alive, wire-sized packets, queue limits; JSON")
     pc.set_defaults(func=cmd_part_check)

@@ -18,8 +18,9 @@ servers (emulate mode, :mod:`.launch`), so a trial across servers is the same tr
 
 Samplers (links, TCP, processes) and the CPU-saturation watch run on every server: the launcher's as on one
 machine, every other server's by ``testbed cluster sample`` over ssh (:mod:`.sampling`), their rows merged
-into the trial's files at ``stop``.  Docker hosts, link schedules and cross traffic across servers are
-refused before anything is built.
+into the trial's files at ``stop``.  A link schedule's events go to every server at once (:mod:`.linkset`;
+emulate mode).  Docker hosts, cross traffic, and schedules in shape mode are refused before anything is
+built.
 """
 
 from __future__ import annotations
@@ -57,17 +58,19 @@ TRAINER_ENV = ("PYTHONUNBUFFERED", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "CUD
                *TORCHRUN_ENV)
 
 
-def refuse_unsupported(spec: Any) -> None:
+def refuse_unsupported(spec: Any, cluster: Cluster) -> None:
     """What a trial across servers does not do yet, refused before anything is built (exit 2)."""
     if any(dc.runtime != "process" for dc in spec.topology.dcs):
         raise ValidationError("dcs[].runtime", "docker hosts across servers are not built yet",
                               "use process hosts (the default) with --cluster, or run on one machine")
-    if spec.schedule:
-        raise ValidationError("schedule", "a link schedule across servers is not built yet (a tunnelled link cannot "
-                              "be changed from one end)", "drop the schedule, or run on one machine")
-    if spec.cross_traffic:
-        raise ValidationError("cross_traffic", "cross traffic across servers is not built yet",
-                              "drop cross_traffic, or run on one machine")
+    if spec.schedule and cluster.mode == "shape":
+        raise ValidationError("schedule", "a link schedule in shape mode is not built yet (a change to one link "
+                              "moves every path composed over it)",
+                              "drop the schedule, use mode: emulate, or run on one machine")
+    if spec.cross_traffic and cluster.mode == "shape":
+        raise ValidationError("cross_traffic", "cross traffic in shape mode is not built yet (there is no "
+                              "emulated LAN to put its endpoints on)",
+                              "drop cross_traffic, use mode: emulate, or run on one machine")
 
 
 class ClusterTrialNetwork:
@@ -97,6 +100,10 @@ class ClusterTrialNetwork:
         self.links_down: dict[str, float] = {}
         self.offsets_ns: dict[str, int] = {}
         self.sampler_stats: dict[str, Any] = {}
+        #: per schedule event: when it was sent and how long each server took to apply it
+        self.schedule_lag: list[dict[str, Any]] = []
+        self._t_play = 0.0
+        self._agents: dict[str, Any] = {}  # server -> linkset.Agent (a link schedule's)
         tag = f"{trial_dir.parent.name}-{trial_dir.name}"
         self.scratch = {s: f"{SCRATCH}/{s}/{tag}" for s in set(self.assignment.values()) if s != cluster.launcher}
         self._sizes: dict[str, dict[str, int]] = {}
@@ -224,6 +231,9 @@ class ClusterTrialNetwork:
             self._watchdog.stop()
         if self._samplers:
             self._stop_samplers()
+        for agent in self._agents.values():
+            agent.close()
+        self._agents.clear()
         try:
             for server, d in (self.scratch.items() if self.view is not None else ()):  # up failed: nothing ran
                 try:
@@ -279,8 +289,36 @@ class ClusterTrialNetwork:
     def impairment_health(self) -> list[dict[str, Any]]:
         return self._local.impairment_health() if self._local is not None else []
 
-    def play(self, events: Any) -> None:
-        raise ValidationError("schedule", "a link schedule across servers is not built yet", "drop the schedule")
+    def play(self, events: Any) -> Any:
+        """Play a link schedule across the servers (:mod:`.linkset`): each event goes to every server at once,
+        the launcher's part changed in this process; checked on paper before (``check_schedule``)."""
+        from testbed.network.emulation import check_schedule
+        from traffic_control.schedule import SchedulePlayer
+
+        from .linkset import Agent
+
+        check_schedule(self.topo, events, self._local.impairment if self._local is not None else None)
+        for server in self.scratch:  # every remote server's part-set agent, for the trial's length
+            self._agents[server] = Agent(self.view.remote(server))
+        self._t_play = time.monotonic()
+        return SchedulePlayer(events, self.apply_event).start()
+
+    def apply_event(self, event: Any) -> None:
+        """One schedule event on every server; how long each took is kept for the manifest."""
+        from .linkset import LinkChange, apply_everywhere
+
+        t = time.monotonic()
+        out = apply_everywhere(self.cluster, LinkChange.of_event(event), check_first=False, local=self._local,
+                               agents=self._agents, report=False, log=self.log)
+        a, b = event.src, event.dst
+        self.schedule_lag.append({"t_s": round(t - self._t_play, 3) if self._t_play else None, "link": f"{a}-{b}",
+                                  "took_ms": {s: round(v * 1e3, 1) for s, v in out.took_s.items()}})
+        if event.state is not None:  # the supervisor's hint for a collective's timeout
+            key = f"{a}<->{b}"
+            if event.state == "down":
+                self.links_down.setdefault(key, time.monotonic())
+            else:
+                self.links_down.pop(key, None)
 
     # ---------------------------------------------------------------- trainers
     def trainer_ifname(self, node: str) -> str:
@@ -310,6 +348,20 @@ class ClusterTrialNetwork:
         p = self.view.popen(node, ["env", *kv, py, *argv[1:-1], remote_job], **kw)
         p.trainer_pid = None  # on another server: no local pid to sample
         return p
+
+    def popen(self, node: str, argv: list[str], **kw: Any) -> Any:
+        """A command in any node, on its server (cross traffic's generators in their endpoints)."""
+        return self.view.popen(node, argv, **kw)
+
+    def add_endpoint(self, dc: str, name: str, host_octet: int, ovs_port: int, as_host: bool = False) -> str:
+        return self.view.add_endpoint(dc, name, host_octet, ovs_port, as_host=as_host)
+
+    def remove_endpoint(self, name: str, ovs_port: int) -> None:
+        self.view.remove_endpoint(name, ovs_port)
+
+    def clock_offset_ns(self, dc: str) -> int:
+        """How far the clock of ``dc``'s server runs off the launcher's (ns)."""
+        return self.offsets_ns.get(self.assignment[dc], 0)
 
     def span_size(self, local_path: Path) -> int:
         """A remote trainer's span file's size as last read there (0 before it exists)."""

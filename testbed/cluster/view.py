@@ -63,10 +63,20 @@ def ssh_until_eof(remote: Remote, args: list[str], pipes: list[int], owned: bool
     pipes.append(w)
     try:
         # its own connection: a command that lives long (a trainer) must not end with the shared master
-        return subprocess.Popen(remote.command(remote_testbed(remote.server, args, owned=owned), shared=False),
-                                stdin=r, **kw)
+        p = subprocess.Popen(remote.command(remote_testbed(remote.server, args, owned=owned), shared=False),
+                             stdin=r, **kw)
     finally:
         os.close(r)
+
+    def stop_gracefully() -> None:
+        """EOF on its stdin: SIGTERM to the command there (``--until-eof``), whose last output still comes
+        back over the connection (a SIGTERM to the local ssh would cut it)."""
+        if w in pipes:
+            pipes.remove(w)
+            os.close(w)
+
+    p.stop_gracefully = stop_gracefully  # type: ignore[attr-defined]
+    return p
 
 
 def remote_argv(server: Any, argv: list[str]) -> list[str]:
@@ -187,6 +197,32 @@ class ClusterNetwork(Connections):
             return self.local().popen(node, argv, **kw)
         where = self.server_of(node)
         return ssh_exec(self.remote(where), node, argv, self._pipes, **kw)
+
+    def add_endpoint(self, dc: str, name: str, host_octet: int, ovs_port: int, as_host: bool = False) -> str:
+        """A temporary node on ``dc``'s LAN, made on the DC's server (``testbed cluster part-endpoint`` over
+        ssh when that is another); its commands then run there like any node's."""
+        from .launch import remote_testbed
+
+        server = self.placement.assignment[dc]
+        if server == self.cluster.launcher:
+            self.local().add_endpoint(dc, name, host_octet, ovs_port, as_host=as_host)
+        else:
+            self.remote(server).run(remote_testbed(self.cluster.server(server), [
+                "cluster", "part-endpoint", "add", dc, name, str(host_octet), str(ovs_port),
+                *(["--as-host"] if as_host else [])]), timeout=120)
+        self.extra[name] = dc
+        return name
+
+    def remove_endpoint(self, name: str, ovs_port: int) -> None:
+        from .launch import remote_testbed
+
+        server = self.server_of(name)
+        if server == self.cluster.launcher:
+            self.local().remove_endpoint(name, ovs_port)
+        else:
+            self.remote(server).run(remote_testbed(self.cluster.server(server), [
+                "cluster", "part-endpoint", "remove", name, str(ovs_port)]), timeout=120)
+        self.extra.pop(name, None)
 
 
 

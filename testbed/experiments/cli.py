@@ -44,7 +44,7 @@ def load_cluster_for(spec: Any, path: str) -> Any:
         plan(spec.topology, cluster)  # its refusals (placement, LAN shapes, paths) before anything is built
     else:
         place(spec.topology, cluster)
-    refuse_unsupported(spec)
+    refuse_unsupported(spec, cluster)
     return cluster
 
 
@@ -256,7 +256,9 @@ def register(sub: Any) -> None:
     run.add_argument("--cluster", metavar="FILE",
                      help="spread every trial over the servers of this cluster file (emulate or shape mode; README "
                           "\"Several servers\"): each server builds its DCs, trainers there start over ssh, "
-                          "their records come back into the trial directory on the launcher's clock")
+                          "every server is sampled, link schedules reach every server (emulate mode), and "
+                          "the records come back into the trial directory on the launcher's clock; docker "
+                          "hosts and cross traffic are refused (exit 2)")
     run.set_defaults(func=cmd_run)
     sw = sub.add_parser("sweep", help="run or resume a parameter grid (finished points are skipped); "
                                       "writes sweep.csv with means and 95%% CIs and the sweep figures",

@@ -370,6 +370,8 @@ def _finish(manifest: dict[str, Any], result: TrialResult, procs: list[ProcInfo]
         player.stop()
         manifest["schedule"] = {"applied": [[round(t, 3), ev.src, ev.dst, ev.changes, ev.state]
                                             for t, ev in player.applied], "errors": player.errors}
+        if getattr(net, "schedule_lag", None):  # several servers: how long each took to apply each event
+            manifest["schedule"]["servers"] = net.schedule_lag
     if net.impairment_noticed:
         manifest["impairment_failures"] = net.impairment_noticed
     if net.userspace:

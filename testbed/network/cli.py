@@ -24,7 +24,7 @@ from traffic_control.qdisc import dry_run
 from traffic_control.shape import DEFAULT_MTU
 from traffic_control.units import format_rate, format_time, parse_percent, parse_rate, parse_time
 
-from . import cgroups, cleanup, state
+from . import cgroups, cleanup, naming, state
 from .emulation import IMPAIRMENTS, EmulatedNetwork, NotUp, check_schedule, exec_argv, owned_env
 
 
@@ -375,30 +375,20 @@ def cmd_set(args: argparse.Namespace) -> int:
                               "--down or --up")
     if changes.get("loss_pct") and "ge_p_pct" not in changes:  # one loss model: independent loss replaces bursts
         changes.update(_gilbert_elliott("off"))
+    if getattr(args, "cluster", None):
+        return _set_cluster(args, changes)
     net = EmulatedNetwork.attach(log=_say)
     dirs = [(args.a, args.b)] if args.one_way else [(args.a, args.b), (args.b, args.a)]
     new = {}
     for a, b in dirs:
         try:
-            old = net.shape_of(a, b)
+            net.shape_of(a, b)
         except ValidationError as e:
             raise ValidationError("net set", e.problem, e.fix) from None
         try:
-            new[(a, b)] = old.with_changes(**net.spec_changes(changes))
+            new[(a, b)] = net.changed_shape(a, b, changes)
         except ValidationError as e:  # e.g. jitter above the delay
-            raise ValidationError(f"--{e.field.replace('_', '-')}" if e.field else "net set", e.problem,
-                                  e.fix) from None
-        if net.impairment is not None and net.impairment.backend == "userspace":
-            from .impairment import refuse_payload_features
-
-            try:  # before anything is touched: the daemons hold ids, not payloads
-                refuse_payload_features(new[(a, b)])
-            except ValidationError as e:
-                raise ValidationError(f"--{e.field}", e.problem, e.fix) from None
-        if net.impairment is not None and net.impairment.backend == "netem":
-            from .emulation import refuse_driven_gilbert_elliott
-
-            refuse_driven_gilbert_elliott(new[(a, b)], f"net set {a}->{b}")
+            raise as_flag_error(e) from None
     for (a, b), shape in new.items():  # every direction validated before the first is touched
         net.change_link(a, b, shape)
     if args.state is not None:
@@ -406,6 +396,38 @@ def cmd_set(args: argparse.Namespace) -> int:
     report = net.link_report()
     for a, b in dirs:
         print(f"{a}->{b}: {_describe_kernel(report[f'{a}->{b}'])}")
+    return 0
+
+
+def as_flag_error(e: ValidationError) -> ValidationError:
+    """A shape's validation error named by the ``net set`` flag that gave the field."""
+    field = e.field or ""
+    if not field:
+        return ValidationError("net set", e.problem, e.fix)
+    if " " in field:  # already names where (``net set a->b.gilbert_elliott``)
+        return e
+    return ValidationError(f"--{field.replace('_', '-')}", e.problem, e.fix)
+
+
+def _set_cluster(args: argparse.Namespace, changes: dict[str, Any]) -> int:
+    """``net set A B ... --cluster FILE``: the change checked on every server, then applied on every server
+    (each shapes the directions leaving its DCs; the others resize their queues for a changed delay)."""
+    from testbed.cluster.linkset import LinkChange, apply_everywhere
+    from testbed.cluster.model import load as load_cluster
+
+    cluster = load_cluster(args.cluster)
+    if cluster.mode == "shape":
+        raise ValidationError("--cluster", "net set in shape mode is not built yet (a change to one link moves "
+                              "every path composed over it)", "bring the network up again with the new shape")
+    dirs = [(args.a, args.b)] if args.one_way else [(args.a, args.b), (args.b, args.a)]
+    change = LinkChange(tuple(dirs), changes, (args.a, args.b), args.state)
+    try:
+        out = apply_everywhere(cluster, change, log=_say)
+    except ValidationError as e:  # a shape field refused on a server: named by its flag
+        raise as_flag_error(e) from None
+    for a, b in dirs:
+        server, report = out.holder(a, b)
+        print(f"{a}->{b} ({server}): {_describe_kernel(report)}")
     return 0
 
 
@@ -431,7 +453,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if rec is None or not cleanup.owned_netns():
         _say("error: no testbed network is up (start one with `testbed net up TOPOLOGY`)")
         return 1
-    if args.node not in rec["nodes"]:
+    if args.node not in rec["nodes"] and naming.netns_name(args.node) not in cleanup.owned_netns():
+        # (a temporary node, e.g. a DC's cross-traffic endpoint made for a trial, is there while it lives)
         raise ValidationError("net exec", f"no node {args.node!r} in the running network",
                               "use one of: " + ", ".join(rec["nodes"]))
     procs = cgroups.procs_files(args.node)
@@ -747,6 +770,10 @@ def register(sub: Any) -> None:
     sg.add_argument("--down", dest="state", action="store_const", const="down", help="take the link down")
     sg.add_argument("--up", dest="state", action="store_const", const="up", help="bring the link back up")
     st.add_argument("--one-way", action="store_true", help="change only the A->B direction")
+    st.add_argument("--cluster", metavar="FILE",
+                    help="the network is up across the servers of this cluster file (emulate mode): the change is "
+                         "checked on every server, then applied where each direction is shaped (a tunnelled "
+                         "link's A->B on A's server); the others resize their queues for a changed delay")
     st.set_defaults(func=cmd_set, state=None)
     ex = nsub.add_parser("exec", help="run a command in a node of the running network (its namespace and cgroup)",
                          description="Run COMMAND inside NODE (e.g. east-h1): its network namespace, its cgroup "

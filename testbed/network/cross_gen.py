@@ -4,7 +4,8 @@ Runs inside a DC's cross-traffic endpoint (``<dc>-xt``, see
 :mod:`testbed.network.cross_traffic`).  One ``sink`` per destination DC
 accepts every flow into it; one ``send`` per source DC runs every flow out of
 it, each in its own thread.  Both write JSON lines (``ts`` in ns on the
-machine's realtime clock, the trial's clock) to ``--out``:
+machine's realtime clock, the trial's clock) to ``--out`` (``-``: stdout, after its ``ready`` line; how the
+records of an endpoint on another server come back, over its ssh channel):
 
 * ``rx``: a flow's payload bytes delivered so far, every ``--interval`` s (sink);
 * ``state``: a flow turned on or off (sender);
@@ -50,10 +51,14 @@ NOTSENT_LOWAT = 128 * 1024
 
 
 class Log:
-    """JSON lines to one file, one write per line, from any thread."""
+    """JSON lines to one file (``-``: stdout), one write per line, from any thread."""
 
     def __init__(self, path: str) -> None:
-        self._fh = open(path, "a", buffering=1)  # noqa: SIM115  (closed by close())
+        if path == "-":
+            sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+            self._fh: Any = sys.stdout
+        else:
+            self._fh = open(path, "a", buffering=1)  # noqa: SIM115  (closed by close())
         self._lock = threading.Lock()
 
     def write(self, **rec: Any) -> None:
@@ -64,7 +69,10 @@ class Log:
 
     def close(self) -> None:
         with self._lock:
-            self._fh.close()
+            if self._fh is sys.stdout:
+                self._fh.flush()
+            else:
+                self._fh.close()
 
 
 # --------------------------------------------------------------------------- sink
@@ -312,9 +320,9 @@ def send(args: argparse.Namespace, stop: threading.Event) -> int:
         flow = item["flow"]
         fn = RUNNERS[(flow["pattern"], flow["protocol"])]
         threads.append(threading.Thread(target=fn, args=(flow, item["index"], args, log, t0, stop), daemon=True))
+    print("ready", flush=True)  # before the flows log (with --out -, a record could split this line)
     for t in threads:
         t.start()
-    print("ready", flush=True)
     for t in threads:
         while t.is_alive() and not stop.is_set():
             t.join(0.2)

@@ -32,6 +32,7 @@ import math
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,18 +236,19 @@ class CrossTraffic:
         self.log = log or (lambda _m: None)
         self._endpoints: list[str] = []
         self._procs: list[tuple[str, subprocess.Popen[str], Path]] = []
+        self._readers: dict[int, threading.Thread] = {}
         self.errors: list[str] = []
 
     # ------------------------------------------------------------------ run
     def start(self) -> CrossTraffic:
-        from .endpoints import add_endpoint, endpoint_ip
+        from .endpoints import endpoint_ip
 
         (self.out_dir / "samples").mkdir(parents=True, exist_ok=True)
         dcs = sorted({f.src for f in self.flows} | {f.dst for f in self.flows})
         try:
             for dc in dcs:
-                self._endpoints.append(add_endpoint(self.net, dc, endpoint_name(dc), ENDPOINT_HOST,
-                                                    ENDPOINT_OVS_PORT, as_host=True))
+                self._endpoints.append(self.net.add_endpoint(dc, endpoint_name(dc), ENDPOINT_HOST,
+                                                             ENDPOINT_OVS_PORT, as_host=True))
             labels = [f.label for f in self.flows]
             for dc in sorted({f.dst for f in self.flows}):
                 ip = endpoint_ip(self.net, dc, ENDPOINT_HOST)
@@ -257,7 +259,8 @@ class CrossTraffic:
                 for dst in sorted(dsts):  # one sender per (source, destination): --dst is one address
                     part = [m for m in mine if m["flow"]["dst"] == dst]
                     self._spawn(dc, f"send-{dst}", ["--dst", endpoint_ip(self.net, dst, ENDPOINT_HOST),
-                                                    "--flows", json.dumps(part), "--t0-ns", str(self.t0_ns),
+                                                    "--flows", json.dumps(part),
+                                                    "--t0-ns", str(self.t0_ns + self._offset(dc)),
                                                     "--seed", str(self.seed), "--mtu", str(self._mtu(dc, dst))])
         except BaseException:
             self.stop()
@@ -274,42 +277,64 @@ class CrossTraffic:
         mtus += [topo.link(a, b).shape(a, b).mtu for a, b in zip(path, path[1:])]
         return min(mtus)
 
+    def _offset(self, dc: str) -> int:
+        """How far the clock of the server holding ``dc``'s endpoint runs off this one's (ns; 0 on one machine):
+        a sender's t0 is read on its own clock, and its records' ``ts`` are taken back to this one's."""
+        offset = getattr(self.net, "clock_offset_ns", None)
+        return int(offset(dc)) if offset is not None else 0
+
     def _spawn(self, dc: str, what: str, extra: list[str]) -> None:
+        """Start a generator in ``dc``'s endpoint; its records come back on its stdout (over ssh when the
+        endpoint is on another server) and a thread appends them to its file here."""
         node = endpoint_name(dc)
         out = self.out_dir / "samples" / f"cross-{node}-{what}.jsonl"
         mode = "sink" if what == "sink" else "send"
-        argv = [sys.executable, SCRIPT, mode, "--port", str(PORT), "--out", str(out), *extra]
+        argv = [sys.executable, SCRIPT, mode, "--port", str(PORT), "--out", "-", *extra]
         p = self.net.popen(node, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            stdin=subprocess.DEVNULL)
         self._procs.append((f"{node} {what}", p, out))
-        line = p.stdout.readline().strip() if p.stdout else ""
-        if line != "ready":
+        early = []  # a flow due already may log before the generator says ready
+        line = p.stdout.readline() if p.stdout else ""
+        while line.startswith("{"):
+            early.append(line)
+            line = p.stdout.readline()
+        if line.strip() != "ready":
             err = p.stderr.read()[-400:] if p.stderr and p.poll() is not None else ""
-            raise RuntimeError(f"cross traffic: {what} in {node} did not start: {line or err.strip() or 'no output'}")
+            raise RuntimeError(f"cross traffic: {what} in {node} did not start: "
+                               f"{line.strip() or err.strip() or 'no output'}")
+        with out.open("a", encoding="utf-8") as fh:
+            fh.writelines(early)
+        t = threading.Thread(target=_copy_lines, args=(p.stdout, out), name=f"cross-{node}-{what}", daemon=True)
+        t.start()
+        self._readers[id(p)] = t
 
     def stop(self) -> dict[str, Any]:
         """End everything (senders first, so the sinks see the last bytes), merge and summarize."""
-        from .endpoints import remove_endpoint
-
         senders = [p for p in self._procs if " send-" in p[0]]
         sinks = [p for p in self._procs if p not in senders]
         for group in (senders, sinks):
             for _, p, _ in group:
                 if p.poll() is None:
                     with _quiet():
-                        p.send_signal(signal.SIGTERM)
+                        # on another server: SIGTERM there, its last records still come back over ssh
+                        getattr(p, "stop_gracefully", lambda p=p: p.send_signal(signal.SIGTERM))()
             for name, p, _ in group:
                 try:
-                    _, err = p.communicate(timeout=5)
+                    p.wait(timeout=8)
                 except subprocess.TimeoutExpired:
                     p.kill()
-                    _, err = p.communicate()
-                if p.returncode not in (0, -signal.SIGTERM):
+                    p.wait()
+                reader = self._readers.pop(id(p), None)
+                if reader is not None:
+                    reader.join(timeout=10)
+                err = p.stderr.read() if p.stderr else ""
+                # SIGTERM: -15 here, 143 through `net exec --until-eof` on another server
+                if p.returncode not in (0, -signal.SIGTERM, 128 + signal.SIGTERM):
                     self.errors.append(f"{name} exited {p.returncode}: {(err or '').strip()[-300:]}")
         self._procs_done = list(self._procs)
         self._procs = []
         for name in self._endpoints:
-            remove_endpoint(name, ENDPOINT_OVS_PORT)
+            self.net.remove_endpoint(name, ENDPOINT_OVS_PORT)
         self._endpoints = []
         recs = self._merge()
         return summarize(self.flows, recs, self.t0_ns, self.errors)
@@ -325,9 +350,10 @@ class CrossTraffic:
                 except ValueError:
                     continue
                 rec["node"] = node.rsplit("-send", 1)[0]
+                t0 = self.t0_ns + self._offset(rec["node"].rsplit("-", 1)[0])  # t0 on the endpoint's clock
                 for key in ("ts", "start"):  # the generator's realtime clock -> ns since t0, as every record
                     if isinstance(rec.get(key), int):
-                        rec[key] -= self.t0_ns
+                        rec[key] -= t0
                 recs.append(rec)
         recs.sort(key=lambda r: r.get("ts", 0))
         with (self.out_dir / RECORDS).open("a") as fh:
@@ -336,6 +362,15 @@ class CrossTraffic:
         for part in parts:
             part.unlink()
         return recs
+
+
+def _copy_lines(src: Any, out: Path) -> None:
+    """A generator's records, line by line as they come, into its file (until its stdout closes)."""
+    with out.open("a", encoding="utf-8") as fh:
+        for line in src:
+            if line.startswith("{"):
+                fh.write(line)
+                fh.flush()
 
 
 class _quiet:

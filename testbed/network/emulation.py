@@ -387,6 +387,9 @@ class EmulatedNetwork:
         self.part = part
         if part is not None:
             self.plan = restrict(self.plan, part.dcs)
+        #: several servers: the live one-way delay of WAN directions other servers shape, where a change moved
+        #: it from the spec's (this part's queues are sized for the round trips of the flows through them)
+        self.remote_delays: dict[tuple[str, str], float] = {}
         self.requested = impairment
         self.allow_missing_netem = allow_missing_netem
         self._netem_hint = netem_available
@@ -552,6 +555,17 @@ class EmulatedNetwork:
     def netns(self, node: str) -> str:
         return naming.netns_name(node)
 
+    def add_endpoint(self, dc: str, name: str, host_octet: int, ovs_port: int, as_host: bool = False) -> str:
+        """A temporary node on ``dc``'s LAN (:func:`.endpoints.add_endpoint`: cross traffic's, a probe's)."""
+        from .endpoints import add_endpoint
+
+        return add_endpoint(self, dc, name, host_octet, ovs_port, as_host=as_host)
+
+    def remove_endpoint(self, name: str, ovs_port: int) -> None:
+        from .endpoints import remove_endpoint
+
+        remove_endpoint(name, ovs_port)
+
     def popen(self, node: str, argv: list[str], **kw: Any) -> Any:
         """Start ``argv`` inside ``node``'s namespace and cgroup (marked for cleanup).
 
@@ -587,10 +601,11 @@ class EmulatedNetwork:
         net = cls(topo, impairment=rec["impairment"]["backend"], with_ps=rec.get("with_ps", True), log=log,
                   seed=rec.get("seed"), part=part)
         net.impairment = Impairment.from_dict(rec["impairment"])
-        for w in net.plan.wans:
+        for w in [*net.plan.wans, *net.plan.tunnels]:  # a tunnel: the direction this server shapes
             for attr, key in (("forward", f"{w.a}->{w.b}"), ("reverse", f"{w.b}->{w.a}")):
                 if key in rec.get("links", {}):
                     object.__setattr__(w, attr, LinkShape(**rec["links"][key]))
+        net.remote_delays = {(a, b): float(d) for a, b, d in rec.get("remote_delays", [])}
         net._resize_lans(net._live_queue_rtts(), apply=False)  # what an earlier `net set` left in the kernel
         for d in rec.get("userspace", []):
             point = uimp.Point(d["node"], d["ifname"], d["what"])
@@ -643,38 +658,65 @@ class EmulatedNetwork:
         impairment before.  none: a change that needs delay/jitter/loss is an
         error (nothing can apply it), never silently ignored.
         """
-        for w in self.plan.wans:
-            for src, dst, node, ifn, attr in ((w.a, w.b, w.a_router, w.a_if, "forward"),
-                                              (w.b, w.a, w.b_router, w.b_if, "reverse")):
-                if (src, dst) == (a, b):
-                    old = getattr(w, attr)
-                    netem = self.impairment is not None and self.impairment.backend == "netem"
-                    # a leaf leaving the jitter driver is released first (sync waits for the driver to
-                    # read it), else one of its stale interval changes could land after ours
-                    release = netem and driven(old) and not driven(shape)
-                    if release:
-                        object.__setattr__(w, attr, shape)
-                        jitter_control.sync(self)
-                    try:
-                        self._change(node, ifn, f"{a}->{b}", old, shape)
-                    except BaseException:
-                        if release:
-                            object.__setattr__(w, attr, old)
-                            jitter_control.sync(self)
-                        raise
+        for w, src, dst, node, ifn, attr in self._shaped():
+            if (src, dst) == (a, b):
+                old = getattr(w, attr)
+                netem = self.impairment is not None and self.impairment.backend == "netem"
+                # a leaf leaving the jitter driver is released first (sync waits for the driver to
+                # read it), else one of its stale interval changes could land after ours
+                release = netem and driven(old) and not driven(shape)
+                if release:
                     object.__setattr__(w, attr, shape)
-                    resized = self._resize_queues() if shape.delay_s != old.delay_s else []
-                    self._save_links()
-                    if netem and (driven(shape) or any(driven(s) for s in resized)):
+                    jitter_control.sync(self)
+                try:
+                    self._change(node, ifn, f"{a}->{b}", old, shape)
+                except BaseException:
+                    if release:
+                        object.__setattr__(w, attr, old)
                         jitter_control.sync(self)
-                    return
+                    raise
+                object.__setattr__(w, attr, shape)
+                resized = self._resize_queues() if shape.delay_s != old.delay_s else []
+                self._save_links()
+                if netem and (driven(shape) or any(driven(s) for s in resized)):
+                    jitter_control.sync(self)
+                return
         raise self._no_link(a, b, "->")
 
-    def _live_queue_rtts(self) -> dict[tuple[str, str], float]:
-        """``Topology.queue_rtts`` with the live WAN delays (a change may have moved them)."""
-        delays = {}
+    def _shaped(self) -> list[tuple[WanPlan, str, str, str, str, str]]:
+        """(link, src DC, dst DC, router, interface, the link's attribute holding the shape) of every WAN
+        direction this machine shapes: both of each link, and of a tunnelled link (several servers) the one
+        leaving this server's DC."""
+        out = []
         for w in self.plan.wans:
-            delays[(w.a, w.b)], delays[(w.b, w.a)] = w.forward.delay_s, w.reverse.delay_s
+            out += [(w, w.a, w.b, w.a_router, w.a_if, "forward"), (w, w.b, w.a, w.b_router, w.b_if, "reverse")]
+        for w in self.plan.tunnels:
+            out.append((w, w.a, w.b, w.a_router, w.a_if, "forward") if w.a_router in self.plan.nodes
+                       else (w, w.b, w.a, w.b_router, w.b_if, "reverse"))
+        return out
+
+    def holds(self, a: str, b: str) -> bool:
+        """Whether this machine shapes the a->b direction (on several servers: the server of a's router)."""
+        return any((src, dst) == (a, b) for _, src, dst, *_ in self._shaped())
+
+    def note_remote_delay(self, a: str, b: str, delay_s: float) -> None:
+        """Another server changed the delay of a->b, which it shapes: this part's queues follow the round
+        trips of the flows through them (a no-op where none crosses a->b)."""
+        if self.holds(a, b):
+            raise ValueError(f"{a}->{b} is shaped on this server: change it with change_link")
+        self.remote_delays[(a, b)] = delay_s
+        resized = self._resize_queues()
+        self._save_links()
+        if resized and self.impairment is not None and self.impairment.backend == "netem" \
+                and any(driven(x) for x in resized):
+            jitter_control.sync(self)
+
+    def _live_queue_rtts(self) -> dict[tuple[str, str], float]:
+        """``Topology.queue_rtts`` with the live WAN delays (a change may have moved them, here or on another
+        server)."""
+        delays = dict(self.remote_delays)
+        for w, src, dst, _, _, attr in self._shaped():
+            delays[(src, dst)] = getattr(w, attr).delay_s
         return self.topo.queue_rtts(delays)
 
     def _resize_queues(self) -> list[LinkShape]:
@@ -684,17 +726,15 @@ class EmulatedNetwork:
         """
         rtts = self._live_queue_rtts()
         changed = self._resize_lans(rtts, apply=True)
-        for w in self.plan.wans:
-            for src, dst, node, ifn, attr in ((w.a, w.b, w.a_router, w.a_if, "forward"),
-                                              (w.b, w.a, w.b_router, w.b_if, "reverse")):
-                cur = getattr(w, attr)
-                new = cur.with_changes(queue_rtt_s=rtts.get((src, dst)))
-                if cur.limit is None and new.netem_limit != cur.netem_limit:
-                    self._change(node, ifn, f"{src}->{dst}", cur, new)
-                    object.__setattr__(w, attr, new)
-                    changed.append(new)
-                    self.log(f"{src}->{dst}: queue {cur.netem_limit} -> {new.netem_limit} packets "
-                              f"(its flows' longest round trip is now {new.queue_rtt_s * 1e3:.1f} ms)")
+        for w, src, dst, node, ifn, attr in self._shaped():
+            cur = getattr(w, attr)
+            new = cur.with_changes(queue_rtt_s=rtts.get((src, dst)))
+            if cur.limit is None and new.netem_limit != cur.netem_limit:
+                self._change(node, ifn, f"{src}->{dst}", cur, new)
+                object.__setattr__(w, attr, new)
+                changed.append(new)
+                self.log(f"{src}->{dst}: queue {cur.netem_limit} -> {new.netem_limit} packets "
+                          f"(its flows' longest round trip is now {new.queue_rtt_s * 1e3:.1f} ms)")
         return changed
 
     def _resize_lans(self, rtts: dict[tuple[str, str], float], *, apply: bool) -> list[LinkShape]:
@@ -753,20 +793,21 @@ class EmulatedNetwork:
         """The error for a link this network does not hold: none in the topology, or one that crosses to
         another server (several servers: only its local end is here)."""
         if any({w.a, w.b} == {a, b} for w in self.plan.tunnels):
-            return ValidationError("link", f"link {a}-{b} crosses servers (a VXLAN tunnel; this server holds one "
-                                   "end): changing a tunnelled link is not built yet",
-                                   "put the new shape in the topology and bring the network up again")
+            return ValidationError("link", f"link {a}-{b} crosses servers (a VXLAN tunnel): the {a}->{b} "
+                                   "direction is shaped on the server of DC " + a,
+                                   "change it from the launcher: testbed net set A B ... --cluster FILE")
+        if self.part is not None and any({lk.a, lk.b} == {a, b} for lk in self.topo.links):
+            return ValidationError("link", f"link {a}-{b} is on another server",
+                                   "change it from the launcher: testbed net set A B ... --cluster FILE")
         return ValidationError("link", f"no WAN link {a}{sep}{b}", f"name two adjacent DCs ({self._link_names()})")
 
     def _link_names(self) -> str:
         return ", ".join(f"{w.a}-{w.b}" for w in self.plan.wans)
 
     def shape_of(self, a: str, b: str) -> LinkShape:
-        for w in self.plan.wans:
-            if (w.a, w.b) == (a, b):
-                return w.forward
-            if (w.b, w.a) == (a, b):
-                return w.reverse
+        for w, src, dst, _, _, attr in self._shaped():
+            if (src, dst) == (a, b):
+                return getattr(w, attr)
         raise self._no_link(a, b, "->")
 
     def spec_changes(self, changes: dict[str, Any]) -> dict[str, Any]:
@@ -775,6 +816,19 @@ class EmulatedNetwork:
         if out.get("rate_bps") and self.topo.scale != 1.0:
             out["rate_bps"] = out["rate_bps"] * self.topo.scale
         return out
+
+    def changed_shape(self, a: str, b: str, changes: dict[str, Any]) -> LinkShape:
+        """The shape a->b would get from ``changes`` (spec units, as ``net set`` and schedules write them),
+        refused (ValidationError naming the field) when invalid or when this network's backend cannot apply
+        it; nothing is touched."""
+        new = self.shape_of(a, b).with_changes(**self.spec_changes(changes))
+        if self.impairment is not None and self.impairment.backend == "userspace":
+            from .impairment import refuse_payload_features
+
+            refuse_payload_features(new)  # the daemons hold ids, not payloads
+        if self.impairment is not None and self.impairment.backend == "netem":
+            refuse_driven_gilbert_elliott(new, f"net set {a}->{b}")
+        return new
 
     def apply_event(self, event: Any) -> None:
         """Apply one :class:`traffic_control.schedule.LinkEvent` (shape change and/or down/up).
@@ -797,12 +851,14 @@ class EmulatedNetwork:
 
     def set_link_up(self, a: str, b: str, up: bool) -> None:
         """Link down/up event: both router interfaces of link a-b."""
-        for w in self.plan.wans:
+        for w in [*self.plan.wans, *self.plan.tunnels]:
             if {w.a, w.b} == {a, b}:
-                tcnl.set_link_state(w.a_if, up, netns=self.netns(w.a_router))
-                tcnl.set_link_state(w.b_if, up, netns=self.netns(w.b_router))
+                # a tunnelled link: this server's end (the other server downs its own)
+                ends = [(r, i) for r, i in ((w.a_router, w.a_if), (w.b_router, w.b_if)) if r in self.plan.nodes]
+                for router, ifname in ends:
+                    tcnl.set_link_state(ifname, up, netns=self.netns(router))
                 if up:  # routes through a downed interface are flushed by the kernel
-                    for n in (w.a_router, w.b_router):
+                    for n, _ in ends:
                         self._configure_routes(self.plan.nodes[n])
                     self.links_down.pop(f"{w.a}<->{w.b}", None)
                 else:
@@ -826,13 +882,7 @@ class EmulatedNetwork:
     def wan_directions(self) -> list[tuple[str, str, str, str, LinkShape]]:
         """(src DC, dst DC, router, interface, shape) of every WAN direction this machine shapes: both of each
         link, and on a server's part (testbed.cluster) the one leaving its own DC of each tunnelled link."""
-        out = []
-        for w in self.plan.wans:
-            out += [(w.a, w.b, w.a_router, w.a_if, w.forward), (w.b, w.a, w.b_router, w.b_if, w.reverse)]
-        for w in self.plan.tunnels:
-            out.append((w.a, w.b, w.a_router, w.a_if, w.forward) if w.a_router in self.plan.nodes
-                       else (w.b, w.a, w.b_router, w.b_if, w.reverse))
-        return out
+        return [(src, dst, router, ifn, getattr(w, attr)) for w, src, dst, router, ifn, attr in self._shaped()]
 
     def read_back(self) -> dict[str, Any]:
         """The tc state the kernel reports for every shaped interface."""
@@ -1145,21 +1195,20 @@ class EmulatedNetwork:
         state.write(rec)
 
     def _links_record(self) -> dict[str, Any]:
-        out = {}
-        for w in self.plan.wans:
-            out[f"{w.a}->{w.b}"] = shape_dict(w.forward)
-            out[f"{w.b}->{w.a}"] = shape_dict(w.reverse)
-        for w in self.plan.tunnels:  # this server shapes the direction leaving its own DC
-            out[f"{w.a}->{w.b}" if w.a_router in self.plan.nodes else f"{w.b}->{w.a}"] = \
-                shape_dict(w.forward if w.a_router in self.plan.nodes else w.reverse)
-        return out
+        return {f"{src}->{dst}": shape_dict(getattr(w, attr)) for w, src, dst, _, _, attr in self._shaped()}
 
     def _userspace_record(self) -> list[dict[str, Any]]:
         return [{"node": imp.point.node, "ifname": imp.ifname, "what": imp.point.what, "state_dir": str(imp.point.state_dir)} for imp in self.userspace]
 
     def _save_links(self) -> None:
         links = self._links_record()
-        state.update(lambda rec: rec.__setitem__("links", links))
+        remote = [[a, b, d] for (a, b), d in sorted(self.remote_delays.items())]
+
+        def save(rec: dict[str, Any]) -> None:
+            rec["links"] = links
+            rec["remote_delays"] = remote
+
+        state.update(save)
 
     def _save_userspace(self) -> None:
         record = self._userspace_record()

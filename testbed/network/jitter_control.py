@@ -42,11 +42,10 @@ READY_TIMEOUT_S = float(os.environ.get("TESTBED_NODE_START_TIMEOUT", "60" if os.
 def leaves_of(net: Any) -> list[dict[str, Any]]:
     """Every netem leaf of ``net`` that needs the driver, with its current shape and seed."""
     out = []
-    for w in net.plan.wans:
-        for node, ifn, shape in ((w.a_router, w.a_if, w.forward), (w.b_router, w.b_if, w.reverse)):
-            if driven(shape):
-                out.append({"netns": naming.netns_name(node), "ifname": ifn, "shape": shape_dict(shape),
-                            "seed": seed_for(net.seed, f"{node}.{ifn}"), "qdisc_seed": net._qdisc_seed(node, ifn)})
+    for _, _, node, ifn, shape in net.wan_directions():  # a part's tunnel ends too (several servers)
+        if driven(shape):
+            out.append({"netns": naming.netns_name(node), "ifname": ifn, "shape": shape_dict(shape),
+                        "seed": seed_for(net.seed, f"{node}.{ifn}"), "qdisc_seed": net._qdisc_seed(node, ifn)})
     for node in net.plan.nodes.values():
         for ifc in node.ifaces:
             if not ifc.peer_node and ifc.egress is not None and driven(ifc.egress):

@@ -80,9 +80,9 @@ def test_up_across_two_servers_delays_goodput_and_down(standins, tmp_path):
               f"ideal {ideal / 1e6:.2f}")
         assert ratio >= 0.95, (tunnel, local)
         assert statistics.median(local) >= 0.8 * ideal
-        # a tunnelled link cannot be changed from one end yet: said, not half done
+        # a tunnelled link is changed from the launcher, not from one end: said, not half done
         st = run_cli("net", "set", "a", "b", "--delay", "7ms")
-        assert st.returncode == 2 and "crosses servers" in st.stderr, st.stderr
+        assert st.returncode == 2 and "crosses servers" in st.stderr and "--cluster" in st.stderr, st.stderr
     finally:
         d = run_cli("net", "down", "--cluster", str(cluster), timeout=120)
     assert d.returncode == 0, d.stderr
@@ -164,6 +164,65 @@ def test_clean_after_the_launcher_was_killed_mid_build_leaves_nothing_anywhere(s
     assert "part-up" not in on_s2(standins, "ps ax").stdout
 
 
+def shown(standins, on_s2_: bool) -> dict:
+    r = s2_testbed(standins, "net", "show", "--json") if on_s2_ else run_cli("net", "show", "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_net_set_across_servers_changes_each_direction_where_it_is_shaped(standins, tmp_path):
+    """``net set A B --cluster``: a->b changes on the launcher, b->a on the stand-in, and the stand-in's b->c
+    queue follows the longer a<->c round trip; an invalid change or a link no server shapes is refused with
+    nothing changed; --down and --up cut and restore the tunnelled link."""
+    topo = write(tmp_path, LINE, "line3.yaml")
+    cluster = str(write(tmp_path, standins.cluster(placement=PLACEMENT)))
+    r = run_cli("net", "up", str(topo), "--cluster", cluster, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    def rtt(src_on_s2: bool, node: str, dst: str, count: int = 20) -> str:
+        argv = ["net", "exec", node, "--", "ping", "-c", str(count), "-i", "0.05", "-W", "1", dst]
+        return (s2_testbed(standins, *argv, timeout=60) if src_on_s2 else run_cli(*argv, timeout=60)).stdout
+
+    try:
+        assert 10.0 <= min_rtt_ms(rtt(False, "a-h1", "10.2.0.1")) <= 13.0
+        before = shown(standins, True)["state"]["links"]["b->c"]["queue_rtt_s"]
+        st = run_cli("net", "set", "a", "b", "--delay", "12ms", "--rate", "20Mbit", "--cluster", cluster, timeout=120)
+        assert st.returncode == 0, st.stdout + st.stderr
+        assert "a->b (s1): 20Mbit" in st.stdout and "b->a (s2): 20Mbit" in st.stdout, st.stdout
+        assert "delay 12ms" in st.stdout, st.stdout
+        # both directions, each on its own server: 2 x 12 ms over the tunnel, 2 x (12 + 5) ms to c
+        m = min_rtt_ms(rtt(False, "a-h1", "10.2.0.1"))
+        back = min_rtt_ms(rtt(True, "c-h1", "10.1.0.1"))
+        print(f"MEASURED net set --cluster a-b delay 5 -> 12 ms: a-h1 -> b-h1 min RTT {m:.2f} ms (spec 24), "
+              f"c-h1 -> a-h1 {back:.2f} ms (spec 34)")
+        assert 24.0 <= m <= 27.0 and 34.0 <= back <= 37.0, (m, back)
+        mine, theirs = shown(standins, False), shown(standins, True)
+        assert mine["links"]["a->b"]["tc"]["shape"]["rate_bps"] == pytest.approx(20e6)
+        assert theirs["links"]["b->a"]["tc"]["shape"]["rate_bps"] == pytest.approx(20e6)
+        # the stand-in's b->c queue is sized for the a<->c flows' new round trip (20 -> 34 ms)
+        after = theirs["state"]["links"]["b->c"]["queue_rtt_s"]
+        assert before == pytest.approx(0.020) and after == pytest.approx(0.034), (before, after)
+        assert theirs["state"]["remote_delays"] == [["a", "b", 0.012]], theirs["state"]["remote_delays"]
+        # refused, naming the flag and the server, before anything is touched
+        bad = run_cli("net", "set", "a", "b", "--jitter", "30ms", "--cluster", cluster, timeout=120)
+        assert bad.returncode == 2 and "--jitter" in bad.stderr and "s1" in bad.stderr, bad.stderr
+        far = run_cli("net", "set", "a", "c", "--delay", "1ms", "--cluster", cluster, timeout=120)
+        assert far.returncode == 2 and "no server shapes a->c" in far.stderr, far.stderr
+        assert shown(standins, True)["links"]["b->a"]["spec"].get("jitter") is None
+        # down: the tunnelled link carries nothing; up: it does again
+        dn = run_cli("net", "set", "a", "b", "--down", "--cluster", cluster, timeout=120)
+        assert dn.returncode == 0, dn.stderr
+        assert " 100% packet loss" in rtt(False, "a-h1", "10.2.0.1", count=5)
+        up = run_cli("net", "set", "a", "b", "--up", "--cluster", cluster, timeout=120)
+        assert up.returncode == 0, up.stderr
+        assert 24.0 <= min_rtt_ms(rtt(False, "a-h1", "10.2.0.1")) <= 27.0
+        assert 34.0 <= min_rtt_ms(rtt(True, "c-h1", "10.1.0.1")) <= 37.0
+    finally:
+        d = run_cli("net", "down", "--cluster", cluster, timeout=120)
+    assert d.returncode == 0, d.stderr
+    assert local_namespaces() == [] and s2_state(standins) == {}
+
+
 def test_down_reports_a_server_it_could_not_reach(standins, tmp_path):
     """Last in this module: it kills the stand-in's sshd (after its part is up)."""
     topo = write(tmp_path, LINE, "line3.yaml")
@@ -177,3 +236,4 @@ def test_down_reports_a_server_it_could_not_reach(standins, tmp_path):
     assert d.returncode == 1
     assert "s2: NOT cleaned" in d.stderr and "s1: cleaned" in d.stderr, d.stderr
     assert local_namespaces() == []
+

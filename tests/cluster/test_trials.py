@@ -65,7 +65,9 @@ def assert_every_server_sampled(trial: Path, m: dict, remote_hosts: set[str], tc
     assert remote_hosts <= sampled, (remote_hosts, sampled)
     remote = [x for x in procs if x["host"] in remote_hosts]
     assert all(0 <= x["ts"] / 1e9 <= span_s + 1 for x in remote), (span_s, remote[:3])
-    assert max(x["cpu_percent"] for x in remote) > 5 and min(x["rss_bytes"] for x in remote) > 10e6, remote[:3]
+    assert max(x["cpu_percent"] for x in remote) > 5, remote[:3]
+    for host in remote_hosts:  # a trainer's memory (a row as it exits may read 0)
+        assert max(x["rss_bytes"] for x in remote if x["host"] == host) > 10e6, host
     tcp = [json.loads(ln) for ln in (samples / "tcp.jsonl").read_text().splitlines()]
     assert tcp_nodes <= {x["node"] for x in tcp}, (tcp_nodes, {x["node"] for x in tcp})
     assert all(0 <= x["ts"] / 1e9 <= span_s + 1 for x in tcp), span_s
@@ -140,16 +142,55 @@ def test_bsp_and_gsyn_across_two_servers_arrive_complete_on_one_clock(standins, 
 
 
 def test_what_trials_across_servers_do_not_do_yet_is_refused_before_anything_is_built(standins, tmp_path):
-    cluster = write(tmp_path, standins.cluster(placement=PLACEMENT))
-    (tmp_path / "s.csv").write_text("time,link,rate,delay,jitter,loss,state\n3,b->c,20Mbit,,,,\n")
-    sched = dict(SPEC, schedule=str(tmp_path / "s.csv"))
-    r = run_cli("run", str(write(tmp_path, sched, "s.yaml")), "--cluster", str(cluster), timeout=60)
-    assert r.returncode == 2 and "schedule" in r.stderr and "across servers" in r.stderr, r.stderr
+    (tmp_path / "s.csv").write_text("time,link,rate,delay,jitter,loss,state\n3,a-b,20Mbit,,,,\n")
+    shape = write(tmp_path, standins.cluster(mode="shape"), "shape.yaml")
+    r = run_cli("run", str(write(tmp_path, dict(SPEC, topology=RELAY, schedule=str(tmp_path / "s.csv")), "s.yaml")),
+                "--cluster", str(shape), timeout=60)
+    assert r.returncode == 2 and "schedule" in r.stderr and "shape mode" in r.stderr, r.stderr
+    # a schedule on a link that does not exist: refused on paper in emulate mode too
+    (tmp_path / "bad.csv").write_text("time,link,rate,delay,jitter,loss,state\n3,a-c,20Mbit,,,,\n")
+    r = run_cli("run", str(write(tmp_path, dict(SPEC, schedule=str(tmp_path / "bad.csv")), "b.yaml")), "--cluster",
+                str(write(tmp_path, standins.cluster(placement=PLACEMENT))), timeout=120)
+    assert r.returncode == 2 and "no WAN link a->c" in r.stderr, r.stderr
     # shape mode: one server per DC with hosts (b and c both on s2 does not fit)
     shape = dict(standins.cluster(placement=PLACEMENT), mode="shape")
     r = run_cli("run", str(write(tmp_path, SPEC, "p.yaml")), "--cluster", str(write(tmp_path, shape, "c2.yaml")),
                 timeout=60)
     assert r.returncode == 2 and "placement.c" in r.stderr and "shape mode" in r.stderr, r.stderr
+    assert local_namespaces() == [] and s2_state(standins) == {}
+
+
+def test_a_link_schedule_changes_the_tunnelled_link_on_both_servers_mid_trial(standins, tmp_path):
+    """A schedule's event on the tunnelled a-b link reaches both servers (a->b shaped on the launcher, b->a on
+    the stand-in): every trainer connection between them sees the longer round trip after it, in the TCP
+    samples of both servers; the manifest says how long each server took."""
+    (tmp_path / "s.csv").write_text("time,link,rate,delay,jitter,loss,state\n7,a-b,,25ms,,,\n")
+    spec = dict(SPEC, schedule=str(tmp_path / "s.csv"), schemes=[SPEC["schemes"][0]],
+                training=dict(SPEC["training"], stop={"steps": 150}))
+    r = run_cli("run", str(write(tmp_path, spec, "sched.yaml")), "--cluster",
+                str(write(tmp_path, standins.cluster(placement=PLACEMENT))), "--results", str(tmp_path / "results"),
+                "--json", timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    (trial,) = [Path(t["dir"]) for t in json.loads(r.stdout)["trials"]]
+    m = json.loads((trial / "manifest.json").read_text())
+    assert m["status"] == "ok", m["reason"]
+    sched = m["schedule"]
+    assert sched["errors"] == [] and len(sched["applied"]) == 1, sched
+    (lag,) = sched["servers"]
+    assert set(lag["took_ms"]) == {"s1", "s2"}, lag
+    # the training's connections a <-> b: before the event ~10 ms, after it ~50 ms (both directions changed)
+    tcp = [json.loads(ln) for ln in (trial / "samples" / "tcp.jsonl").read_text().splitlines()]
+    across = [x for x in tcp if {x["src"].split(":")[0], x["dst"].split(":")[0]} == {"10.1.0.1", "10.2.0.1"}
+              and x["rtt_us"]]
+    early = [x["rtt_us"] for x in across if x["ts"] / 1e9 < lag["t_s"]]
+    late = [x["rtt_us"] for x in across if x["ts"] / 1e9 > sched["applied"][0][0] + 2.0]
+    by_node = {x["node"] for x in across if x["ts"] / 1e9 > sched["applied"][0][0] + 2.0}
+    print(f"MEASURED schedule a-b 5 -> 25 ms mid-trial: applied at {sched['applied'][0][0]:.2f} s, servers took "
+          f"{lag['took_ms']} ms; a<->b connections' smoothed RTT before {min(early or [0]) / 1e3:.1f}-"
+          f"{max(early or [0]) / 1e3:.1f} ms, after {min(late or [0]) / 1e3:.1f}-{max(late or [0]) / 1e3:.1f} ms (sampled on {sorted(by_node)})")
+    assert early and late, (len(early), len(late))
+    assert max(early) < 20_000 and min(late) > 45_000, (early[:5], late[:5])
+    assert by_node == {"a-h1", "b-h1"}, by_node  # both ends saw it: the launcher's and the stand-in's samples
     assert local_namespaces() == [] and s2_state(standins) == {}
 
 
@@ -209,6 +250,46 @@ def test_a_server_that_disappears_mid_trial_fails_it_with_the_reason_and_the_res
     d = run_cli("net", "down", "--cluster", str(cluster), timeout=120)
     assert d.returncode == 0, d.stderr
     assert s2_state(standins) == {} and local_namespaces() == []
+
+
+def test_cross_traffic_runs_between_endpoints_on_both_servers_on_one_clock(standins, tmp_path):
+    """Cross traffic across servers: c's endpoint (on the stand-in, clock +250 ms) sends TCP to a's (on the
+    launcher), a's sends UDP to b's (on the stand-in).  Each flow delivers its rate, every record comes back
+    (the stand-in's over ssh) on the launcher's clock (a sender's "on" at its start, not 250 ms late), and
+    the endpoints are gone from both servers afterwards.  (The flows start at 6 s: making the endpoints and
+    starting the generators, over ssh on a loaded machine, took up to 3.3 s, and a flow due before its sender
+    runs starts when it does.)"""
+    flows = [{"from": "c", "to": "a", "pattern": "constant", "rate": "8Mbit", "start": "6s", "label": "c2a"},
+             {"from": "a", "to": "b", "pattern": "constant", "rate": "6Mbit", "protocol": "udp", "start": "6s",
+              "label": "a2b"}]
+    spec = dict(SPEC, schemes=[SPEC["schemes"][0]], cross_traffic=flows,
+                training=dict(SPEC["training"], stop={"steps": 80}))
+    r = run_cli("run", str(write(tmp_path, spec, "xt.yaml")), "--cluster",
+                str(write(tmp_path, standins.cluster(placement=PLACEMENT))), "--results", str(tmp_path / "results"),
+                "--json", timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    (trial,) = [Path(t["dir"]) for t in json.loads(r.stdout)["trials"]]
+    m = json.loads((trial / "manifest.json").read_text())
+    # (two cores carry training, cross traffic and the userspace daemons of both "servers": CPU saturation is
+    # likely here and is reported, per server, as the trial's unfaithfulness, not asserted away)
+    assert m["status"] == "ok", m["reason"]
+    print(f"MEASURED unfaithful reasons: {m['unfaithful_reasons']}")
+    ct = m["cross_traffic"]
+    assert ct["errors"] == [], ct["errors"]
+    got = {f["label"]: f for f in ct["flows"]}
+    print("MEASURED cross traffic across servers: " + ", ".join(
+        f"{k} {v['goodput_bps'] / 1e6:.2f} Mbit/s over {v['active_s']:.1f} s" for k, v in sorted(got.items())))
+    # IP-level rates; goodput counts payload: TCP ~0.95 of it, UDP at the DC's MTU ~0.98
+    assert 0.85 * 8e6 <= got["c2a"]["goodput_bps"] <= 1.02 * 8e6, got["c2a"]
+    assert 0.85 * 6e6 <= got["a2b"]["goodput_bps"] <= 1.02 * 6e6, got["a2b"]
+    recs = [json.loads(ln) for ln in (trial / "samples" / "cross.jsonl").read_text().splitlines()]
+    span_s = m["end"] - m["t0_ns"] / 1e9
+    assert {x["node"] for x in recs} == {"a-xt", "b-xt", "c-xt"}, {x["node"] for x in recs}
+    assert all(0 <= x["ts"] / 1e9 <= span_s + 1 for x in recs), span_s
+    on = {x["flow"]: x["ts"] / 1e9 for x in recs if x.get("kind") == "state" and x.get("on")}
+    print(f"MEASURED cross senders turned on at {on} s (spec 6.0; the stand-in's clock corrected)")
+    assert set(on) == {"c2a", "a2b"} and all(abs(t - 6.0) < 0.1 for t in on.values()), on
+    assert local_namespaces() == [] and s2_state(standins) == {}
 
 
 # shape mode: a (two hosts) is the launcher, c (one host and the parameter server) the stand-in, b relays
