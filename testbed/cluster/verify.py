@@ -14,8 +14,8 @@ back from its kernel (the report its ``shape-up`` returned).
 
 The one-way delay rows (``--delays``) compare a sender's stamps with a receiver's: across servers the
 receiver's clock offset from the sender's (both measured by the launcher, ``launch.up``) is taken out of
-every delay and recorded in the rows.  Not measured yet across servers: goodput to or from a DC without hosts on another
-server (its temporary probe endpoint is made on this machine only): both said, never silently left out.
+every delay and recorded in the rows.  A DC without hosts gets its temporary probe endpoint on its own server
+(``testbed cluster part-endpoint`` over ssh when that is another), so its goodput is measured there too.
 """
 
 from __future__ import annotations
@@ -24,16 +24,16 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from testbed.network import naming
 from testbed.network.verify import (
+    PROBE_HOST,
+    PROBE_OVS_PORT,
     Check,
     Endpoints,
-    ProbeUnavailable,
-    add_probe,
     local_checks,
     path_checks,
     progress,
 )
-from testbed.network.verify import remove_probe as remove_local_probe
 
 from .launch import remote_testbed, tail_of
 from .remote import RemoteError
@@ -68,18 +68,11 @@ def verify(view: ClusterNetwork, seconds: float = 3.0, pings: int = 20,
     say_plain = log or (lambda m: None)
     checks = part_checks(view, say_plain)
 
-    def add(net: Any, dc: str) -> str:
-        if view.placement.assignment[dc] != view.cluster.launcher:
-            raise ProbeUnavailable(f"DC {dc} has no hosts and is on server {view.placement.assignment[dc]}: a "
-                                   "temporary probe endpoint is only made on the launcher so far (place the DC "
-                                   "there, or give it a host)")
-        name = add_probe(view.local(), dc)
-        view.extra[name] = dc
-        return name
+    def add(net: Any, dc: str) -> str:  # on the DC's own server
+        return view.add_endpoint(dc, naming.probe_name(dc), PROBE_HOST, PROBE_OVS_PORT)
 
     def remove(name: str) -> None:
-        remove_local_probe(name)
-        view.extra.pop(name, None)
+        view.remove_endpoint(name, PROBE_OVS_PORT)
 
     from testbed.network.verify import delay_applied
 
