@@ -160,6 +160,17 @@ def test_what_trials_across_servers_do_not_do_yet_is_refused_before_anything_is_
     assert local_namespaces() == [] and s2_state(standins) == {}
 
 
+def run_one_trial(standins, tmp_path: Path, spec: dict) -> tuple[Path, dict]:
+    """``testbed run`` of a one-trial spec across the launcher and the stand-in (line3 placed a | b, c): its
+    directory and manifest."""
+    r = run_cli("run", str(write(tmp_path, spec, "one.yaml")), "--cluster",
+                str(write(tmp_path, standins.cluster(placement=PLACEMENT))), "--results", str(tmp_path / "results"),
+                "--json", timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    (trial,) = [Path(t["dir"]) for t in json.loads(r.stdout)["trials"]]
+    return trial, json.loads((trial / "manifest.json").read_text())
+
+
 def test_a_link_schedule_changes_the_tunnelled_link_on_both_servers_mid_trial(standins, tmp_path):
     """A schedule's event on the tunnelled a-b link reaches both servers (a->b shaped on the launcher, b->a on
     the stand-in): every trainer connection between them sees the longer round trip after it, in the TCP
@@ -167,12 +178,7 @@ def test_a_link_schedule_changes_the_tunnelled_link_on_both_servers_mid_trial(st
     (tmp_path / "s.csv").write_text("time,link,rate,delay,jitter,loss,state\n7,a-b,,25ms,,,\n")
     spec = dict(SPEC, schedule=str(tmp_path / "s.csv"), schemes=[SPEC["schemes"][0]],
                 training=dict(SPEC["training"], stop={"steps": 150}))
-    r = run_cli("run", str(write(tmp_path, spec, "sched.yaml")), "--cluster",
-                str(write(tmp_path, standins.cluster(placement=PLACEMENT))), "--results", str(tmp_path / "results"),
-                "--json", timeout=900)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
-    (trial,) = [Path(t["dir"]) for t in json.loads(r.stdout)["trials"]]
-    m = json.loads((trial / "manifest.json").read_text())
+    trial, m = run_one_trial(standins, tmp_path, spec)
     assert m["status"] == "ok", m["reason"]
     sched = m["schedule"]
     assert sched["errors"] == [] and len(sched["applied"]) == 1, sched
@@ -264,12 +270,7 @@ def test_cross_traffic_runs_between_endpoints_on_both_servers_on_one_clock(stand
               "label": "a2b"}]
     spec = dict(SPEC, schemes=[SPEC["schemes"][0]], cross_traffic=flows,
                 training=dict(SPEC["training"], stop={"steps": 80}))
-    r = run_cli("run", str(write(tmp_path, spec, "xt.yaml")), "--cluster",
-                str(write(tmp_path, standins.cluster(placement=PLACEMENT))), "--results", str(tmp_path / "results"),
-                "--json", timeout=900)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
-    (trial,) = [Path(t["dir"]) for t in json.loads(r.stdout)["trials"]]
-    m = json.loads((trial / "manifest.json").read_text())
+    trial, m = run_one_trial(standins, tmp_path, spec)
     # (two cores carry training, cross traffic and the userspace daemons of both "servers": CPU saturation is
     # likely here and is reported, per server, as the trial's unfaithfulness, not asserted away)
     assert m["status"] == "ok", m["reason"]
