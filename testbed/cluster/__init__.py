@@ -17,13 +17,14 @@ Layers, each its own module:
   read-back;
 * :mod:`.trialnet` -- a trial's network across servers: trainers over ssh, records fetched back, clocks
   corrected;
+* :mod:`.sampling` -- what another server samples during a trial (links, TCP, its trainers, its CPU);
+* :mod:`.linkset` -- a link change (``net set --cluster``, a schedule's event) on every server at once;
 * :mod:`.shaping` -- shape mode's plan: one server per DC with hosts, one shaped path per DC pair;
 * :mod:`.shaper` -- shape mode on one server: its own traffic to each other DC through a shaping namespace.
 
-Built so far: the cluster file, placement, reachability and clock checks (``testbed cluster place | check``),
-emulate mode's network (``testbed net up | down | verify --cluster``) and trials across it (``testbed run
---cluster``); shape mode's network (``net up | down | verify --cluster``, ``net exec SERVER``).  Sweeps
-across servers, trials in shape mode, ``net set`` on a tunnelled link, docker hosts, schedules and cross
-traffic across servers are not built yet; the README's "Several servers" section says what
-is and is not there.
+Built so far: the cluster file, placement, reachability and clock checks (``testbed cluster place | check``);
+both modes' networks (``testbed net up | down | verify --cluster``), trials and sweeps across them (``testbed
+run | sweep --cluster``) with every server sampled; in emulate mode ``net set --cluster``, link schedules and
+cross traffic across servers.  Docker hosts across servers, and ``net set``, schedules and cross traffic in
+shape mode, are refused; the README's "Several servers" section says what is and is not there.
 """
