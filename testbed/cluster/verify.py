@@ -146,7 +146,7 @@ def verify_shape(view: ServerNetwork, report: dict[str, Any], seconds: float = 3
                 if e.shape.needs_netem:
                     say(f"one-way delay train {view.plans[a].dc}->{e.dst_dc} ({a} -> {e.dst_server}) ...")
                     checks += direction_checks(view, f"{view.plans[a].dc}->{e.dst_dc}", a, e.dst_server, e.address,
-                                               e.shape)
+                                               e.shape, say=say)
     return checks
 
 

@@ -61,6 +61,10 @@ RATE_MAX_RATIO = 1.03
 #: Both directions of a link are probed at once when their spec rates add up to at most this.
 PARALLEL_MAX_BPS = 250e6
 PORT = 5299
+#: How long a rate train's receiver waits for its first frame.  It counts from the receiver's bind, so it must
+#: cover starting the sender: over ssh on a loaded server (``testbed net exec`` on a stand-in under three busy
+#: loops) that took more than the 1 s it once was, and every train from that server read "received 0".
+FIRST_FRAME_WAIT_S = 6.0
 TRAIN_SCRIPT = str(Path(__file__).with_name("udp_train.py"))
 
 
@@ -195,10 +199,11 @@ def _rate(net: Any, subject: str, s_node: str, d_node: str, d_ip: str, rate_bps:
     tol = (f"{GOODPUT_MIN_RATIO} <= measured/spec <= {RATE_MAX_RATIO} ({seconds:.2g} s UDP train at "
            f"{OVERDRIVE:g} x after a {burst_pkts}-frame burst; median of 50-frame windows)")
     py = [sys.executable, "-I", "-S", TRAIN_SCRIPT]
+    wait_s = FIRST_FRAME_WAIT_S + 2 * one_way_s
     sent, got = receiver_then_sender(
-        net, f"probe {subject}", d_node, [*py, "recv", d_ip, str(PORT), str(1.0 + 2 * one_way_s), str(burst_pkts)],
+        net, f"probe {subject}", d_node, [*py, "recv", d_ip, str(PORT), str(wait_s), str(burst_pkts)],
         s_node, [*py, "send", d_ip, str(PORT), str(rate_bps * OVERDRIVE), str(seconds), str(burst_pkts)],
-        tx_timeout=seconds + 20, rx_timeout=5 + 2 * one_way_s)
+        tx_timeout=seconds + 20, rx_timeout=wait_s + 5)
     measured = got.get("rate_bps")
     extra = {"sent": sent["sent"], "burst": sent["burst"], "send_rate_bps": sent["send_rate_bps"],
              "received": got["received"], "used": got["used"], "windows": got.get("windows"),

@@ -163,7 +163,7 @@ def verify(net: EmulatedNetwork, seconds: float = 3.0, pings: int = 20,
 
 def progress(net: Any, log: Callable[[str], None] | None, delays: bool = False) -> Callable[[str], None]:
     """A logger that numbers :func:`path_checks`' measurements as ``[k/N] ... (ETA)``: a verify of a large
-    topology takes minutes."""
+    topology takes minutes.  A measurement taken once more (its message says ``again``) is the same step."""
     plain = log or (lambda m: None)
     n_dcs = len(net.topo.dc_names)
     total = sum(1 + sum(1 for sh in (w.forward, w.reverse) if sh.rate_bps)
@@ -172,6 +172,9 @@ def progress(net: Any, log: Callable[[str], None] | None, delays: bool = False) 
     done = {"k": 0, "t0": time.monotonic()}
 
     def say(msg: str) -> None:
+        if "again" in msg:
+            plain(f"[{done['k']}/{total}] {msg}")
+            return
         done["k"] += 1
         k, elapsed = done["k"], time.monotonic() - done["t0"]
         eta = f", ~{elapsed / (k - 1) * (total - k + 1):.0f} s left" if k > 1 else ""
@@ -227,7 +230,7 @@ def _verify_link(net: EmulatedNetwork, eps: Endpoints, w: WanPlan, seconds: floa
                                                 (w.b, w.a, w.reverse, w.b_router, w.a_router, w.a_ip)):
             if shape.needs_netem:
                 say(f"one-way delay train {src}->{dst} (router to router) ...")
-                checks += direction_checks(net, f"{src}->{dst}", s_r, d_r, d_ip, shape)
+                checks += direction_checks(net, f"{src}->{dst}", s_r, d_r, d_ip, shape, say=say)
     for src, dst, shape in ((w.a, w.b, w.forward), (w.b, w.a, w.reverse)):
         if not shape.rate_bps:
             continue

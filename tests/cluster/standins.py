@@ -249,6 +249,14 @@ def s2_testbed(standins, *args: str, timeout: float = 60) -> subprocess.Complete
                  + shlex.join(args), timeout)
 
 
+def verify_failures(r: subprocess.CompletedProcess[str], out: dict) -> str:
+    """What a failed ``net verify --json`` names: every check that did not pass, then the end of its stderr."""
+    bad = [f"{c['kind']} {c['subject']}: {c['status']} measured={c.get('measured')} expected={c.get('expected')} "
+           f"({c.get('tolerance')}) {json.dumps(c.get('extra') or {})[:400]}"
+           for c in out.get("checks", []) if c.get("status") == "fail"]
+    return "\n".join(["checks not passed:", *bad, "stderr:", r.stderr[-2000:]])
+
+
 def min_rtt_ms(text: str) -> float:
     m = re.search(r"= ([\d.]+)/", text)
     assert m, text

@@ -65,3 +65,55 @@ def test_summarize_counts_order_and_duplicates():
     out = summarize([10_000_000, 12_000_000, 11_000_000, 11_000_000], [0, 2, 1, 1])
     assert out["received"] == 4 and out["unique"] == 3 and out["duplicates"] == 1 and out["reordered"] == 2
     assert out["mean_s"] == pytest.approx(0.011)
+
+
+def _trains(monkeypatch, *results):
+    """direction_checks with its trains replaced by ``results`` (receiver's JSON each), in order."""
+    from testbed.network import delay_check
+
+    left = list(results)
+    monkeypatch.setattr(delay_check, "run_train", lambda *a, **k: ({"sent": 2000}, left.pop(0)))
+    return left
+
+
+def test_a_failing_train_is_run_once_more_and_the_better_attempt_counts(monkeypatch):
+    """A stall of a loaded machine delays a stretch of one train (mean 3 ms late): measured again, the second
+    train passes, and every row says two trains ran and what the first one failed."""
+    from testbed.network.delay_check import direction_checks
+
+    shape, said = LinkShape(rate_bps=5e7, delay_s=0.005), []
+    left = _trains(monkeypatch, _got(0.008, 0.002, unique=2000), _got(0.00506, 0.00003, unique=2000))
+    rows = {c.kind: c for c in direction_checks(object(), "a->b", "r1", "r2", "10.0.0.2", shape, say=said.append)}
+    assert not left and rows["delay_mean"].status == "pass" and rows["delay_sd"].status == "pass"
+    assert {c.extra["attempts"] for c in rows.values()} == {2}
+    assert rows["delay_mean"].extra["first_attempt_failed"] == ["delay_mean", "delay_sd"]
+    assert said == ["one-way delay train a->b: delay_mean, delay_sd failed; again ..."]
+
+
+def test_a_direction_that_is_really_wrong_fails_twice_and_a_passing_one_runs_once(monkeypatch):
+    from testbed.network.delay_check import direction_checks
+
+    shape = LinkShape(rate_bps=5e7, delay_s=0.005)
+    left = _trains(monkeypatch, _got(0.009, 0.00003, unique=2000), _got(0.009, 0.00003, unique=2000))
+    rows = {c.kind: c for c in direction_checks(object(), "a->b", "r1", "r2", "10.0.0.2", shape)}
+    assert not left and rows["delay_mean"].status == "fail" and rows["delay_mean"].extra["attempts"] == 2
+    left = _trains(monkeypatch, _got(0.00505, 0.00003, unique=2000), _got(0.009, 0.00003, unique=2000))
+    rows = {c.kind: c for c in direction_checks(object(), "a->b", "r1", "r2", "10.0.0.2", shape)}
+    assert len(left) == 1 and rows["delay_mean"].status == "pass" and rows["delay_mean"].extra["attempts"] == 1
+    assert "first_attempt_failed" not in rows["delay_mean"].extra
+
+
+def test_verify_progress_counts_a_measurement_taken_again_as_the_same_step():
+    from types import SimpleNamespace
+
+    from testbed.network.verify import progress
+
+    shape = LinkShape(rate_bps=5e7, delay_s=0.005)
+    net = SimpleNamespace(topo=SimpleNamespace(dc_names=["a", "b"]),
+                          plan=SimpleNamespace(wans=[SimpleNamespace(forward=shape, reverse=shape)]))
+    lines: list[str] = []
+    say = progress(net, lines.append, delays=True)
+    for msg in ("ping", "train a->b", "train a->b: delay_mean failed; again", "train b->a", "iperf3 a->b",
+                "iperf3 a->b, again", "iperf3 b->a", "pair a<->b"):
+        say(msg + " ...")
+    assert [line.split("]")[0] for line in lines] == ["[1/6", "[2/6", "[2/6", "[3/6", "[4/6", "[4/6", "[5/6", "[6/6"]
