@@ -3,8 +3,9 @@
 Layers, each its own module:
 
 * :mod:`.model` -- the cluster file (``servers:``, ``placement:``, ``mode:``), validated in one place;
-* :mod:`.placement` -- which server holds which DC (given, or automatic: balance the emulated nodes, keep each
+* :mod:`.placement` -- which server holds which DC (given, or automatic: balance the emulated nodes per core, keep each
   DC on one server, cut as few WAN links as possible);
+* :mod:`.capacity` -- each server's cores, measured over ssh where the file does not give them;
 * :mod:`.remote` -- commands on a server over OpenSSH only (one multiplexed connection per server), with errors
   that name the server and the fix;
 * :mod:`.clock` -- each server's wall-clock offset from the launcher's, measured over that connection, so
@@ -18,13 +19,17 @@ Layers, each its own module:
 * :mod:`.trialnet` -- a trial's network across servers: trainers over ssh, records fetched back, clocks
   corrected;
 * :mod:`.sampling` -- what another server samples during a trial (links, TCP, its trainers, its CPU);
+* :mod:`.show` -- ``net show --cluster``: every server's own report, asked at once and merged;
 * :mod:`.linkset` -- a link change (``net set --cluster``, a schedule's event) on every server at once;
 * :mod:`.shaping` -- shape mode's plan: one server per DC with hosts, one shaped path per DC pair;
-* :mod:`.shaper` -- shape mode on one server: its own traffic to each other DC through a shaping namespace.
+* :mod:`.shaper` -- shape mode on one server: its own traffic to each other DC through a shaping namespace;
+* :mod:`.shapeset` -- shape mode's link change (``net set --cluster``, a schedule's event): every path over the
+  link recomposed, checked, then applied on every server.
 
 Built so far: the cluster file, placement, reachability and clock checks (``testbed cluster place | check``);
-both modes' networks (``testbed net up | down | verify --cluster``), trials and sweeps across them (``testbed
-run | sweep --cluster``) with every server sampled; in emulate mode ``net set --cluster``, link schedules and
-cross traffic across servers.  Docker hosts across servers, and ``net set``, schedules and cross traffic in
-shape mode, are refused; the README's "Several servers" section says what is and is not there.
+both modes' networks (``testbed net up | down | show | verify --cluster``), trials and sweeps across them (``testbed
+run | sweep --cluster``) with every server sampled; ``net set --cluster`` and link schedules in both modes,
+cross traffic across servers in emulate mode; automatic placement by nodes per core.  Docker hosts across
+servers, and cross traffic and link down/up in shape mode, are refused; the README's "Several servers"
+section says what is and is not there.
 """

@@ -22,6 +22,10 @@ def cmd_place(args: argparse.Namespace) -> int:
     topo = load_topology(args.topology)
     if cluster.mode == "shape":
         return _place_shape(topo, cluster, args.json)
+    if args.measure:
+        from .capacity import measured
+
+        cluster = measured(cluster, log=lambda m: print(m, file=sys.stderr))
     p = place(topo, cluster)
     if args.json:
         print(json.dumps({"topology": topo.name, "mode": cluster.mode, **p.to_dict()}, indent=2))
@@ -35,12 +39,16 @@ def cmd_place(args: argparse.Namespace) -> int:
         room = "" if s.max_hosts is None else f" of {s.max_hosts}"
         gpus = "" if not p.gpus.get(s.name) else f", {p.gpus[s.name]} GPUs"
         mark = " (launcher)" if s.name == cluster.launcher else ""
-        print(f"  {s.name:<{width}}  {p.loads[s.name]:>3}{room} nodes{gpus}: {', '.join(dcs) or '-'}{mark}")
+        cores = f" on {p.cpus[s.name]} cores" if s.name in p.cpus else ""
+        print(f"  {s.name:<{width}}  {p.loads[s.name]:>3}{room} nodes{cores}{gpus}: {', '.join(dcs) or '-'}{mark}")
     if p.cut:
         print(f"  WAN links between servers (tunnels): {', '.join(f'{a}-{b}' for a, b in p.cut)} "
               f"({p.cut_rate_bps / 1e6:.0f} Mbit/s both ways in all)")
     else:
         print("  no WAN link crosses servers")
+    if p.automatic and not p.cpus:
+        print("  balanced in nodes: not every server's cores are known (servers[].cpus, or --measure asks them; "
+              "net up, verify and run measure them)")
     return 0
 
 
@@ -160,6 +168,14 @@ def cmd_shape_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_shape_set(args: argparse.Namespace) -> int:
+    """Run by ``net set --cluster`` over ssh in shape mode: this server's paths get new shapes (JSON on stdin)."""
+    from .shapeset import serve_change
+
+    print(serve_change(sys.stdin.read()))
+    return 0
+
+
 def cmd_sample(args: argparse.Namespace) -> int:
     """Run by a trial across servers over ssh: sample this server into OUT/samples/*-SERVER.jsonl until stdin
     closes (:mod:`.sampling`)."""
@@ -210,10 +226,13 @@ def register(sub: Any) -> None:
                                    "`testbed run SPEC --cluster FILE` (README \"Several servers\").")
     csub = p.add_subparsers(dest="cluster_cmd", required=True)
     pl = csub.add_parser("place", help="show which server holds which DC, each server's load and the WAN links "
-                                      "that cross servers (nothing is contacted)")
+                                      "that cross servers (nothing is contacted unless --measure)")
     pl.add_argument("topology", help="bundled topology name or file")
     pl.add_argument("--cluster", required=True, help="the cluster file (YAML/JSON: servers:, placement:, mode:)")
     pl.add_argument("--json", action="store_true", help="print the placement as JSON")
+    pl.add_argument("--measure", action="store_true", help="ask every server whose cpus: the file leaves out for "
+                                                           "its cores over ssh (as net up does), and balance nodes "
+                                                           "per core")
     pl.set_defaults(func=cmd_place)
     ck = csub.add_parser("check", help="reach every server over ssh: login, root, Python, the testbed's checkout, "
                                       "and its clock offset from this machine (exit 1 when a server fails)")
@@ -228,6 +247,9 @@ def register(sub: Any) -> None:
     su = csub.add_parser("shape-up", help="(run by `net up --cluster` over ssh, shape mode) shape this server's "
                                          "egress to the other DCs from JSON on stdin")
     su.set_defaults(func=cmd_shape_up)
+    ss = csub.add_parser("shape-set", help="(run by `net set --cluster` over ssh, shape mode) change this "
+                                          "server's path shapes from JSON on stdin")
+    ss.set_defaults(func=cmd_shape_set)
     sa = csub.add_parser("sample", help="(run by a trial across servers over ssh) sample this server's links, "
                                         "TCP connections, trainers and CPU saturation until stdin closes")
     sa.add_argument("--out", required=True, help="the trial's scratch directory on this server")

@@ -51,6 +51,9 @@ class ServerSpec(SpecModel):
     """GPUs on the server (placement refuses DCs whose hosts ask for more)"""
     max_hosts: int | None = unit_field(None, ge=1, le=4096, fix="e.g. max_hosts: 16")
     """most emulated nodes (hosts, routers, parameter servers) the server may hold"""
+    cpus: int | None = unit_field(None, ge=1, le=4096, fix="the cores the testbed may use there, e.g. cpus: 32")
+    """cores for the server's emulated nodes: automatic placement balances nodes per core (default: measured
+    over ssh, ``nproc``, when a network is built; ``testbed cluster place --measure`` shows it)"""
 
 
 class ClusterSpec(SpecModel):
@@ -84,6 +87,7 @@ class Server:
     checkout: str | None = None
     gpus: int | None = None
     max_hosts: int | None = None
+    cpus: int | None = None
 
     @property
     def target(self) -> str:
@@ -110,6 +114,12 @@ class Cluster:
     @property
     def names(self) -> list[str]:
         return [s.name for s in self.servers]
+
+    def with_cpus(self, cpus: dict[str, int]) -> Cluster:
+        """The same cluster with these servers' cores filled in (measured ones: testbed.cluster.capacity)."""
+        from dataclasses import replace
+
+        return replace(self, servers=tuple(replace(s, cpus=cpus.get(s.name, s.cpus)) for s in self.servers))
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "launcher": self.launcher,
@@ -157,7 +167,7 @@ def from_dict(data: Any, source: str = "") -> Cluster:
         raise ValidationError("known_hosts", f"{spec.known_hosts!r} is in no existing directory",
                               "name a file in an existing directory (ssh adds keys to it)")
     servers = tuple(Server(s.name, s.address, s.user, s.port, _expand(s.identity), s.python, s.checkout, s.gpus,
-                           s.max_hosts) for s in spec.servers)
+                           s.max_hosts, s.cpus) for s in spec.servers)
     return Cluster(servers, spec.mode, launcher, placement, _expand(spec.known_hosts), float(spec.connect_timeout),
                    source)
 

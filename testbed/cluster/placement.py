@@ -6,7 +6,9 @@ there is one), since on a shared machine each node's processes take their share 
 
 Automatic placement minimizes, in this order:
 
-1. the largest load of any server (the emulation's fidelity is bounded by its busiest machine);
+1. the largest load of any server per core (the emulation's fidelity is bounded by its busiest machine; a
+   server's cores are ``servers[].cpus``, or measured, :mod:`.capacity`; where any server's are unknown, every
+   server counts as one core, so loads are compared in nodes);
 2. the number of WAN links between servers (each becomes a tunnel, with its encapsulation overhead);
 3. the bandwidth of those links (a slow link cut costs less than a fast one);
 
@@ -19,6 +21,7 @@ proven optimal.  A given placement is checked against the same limits and report
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from topologies.model import Topology
@@ -59,6 +62,10 @@ class Placement:
     optimal: bool = True
     searched: int = 0
     gpus: dict[str, int] = field(default_factory=dict)  # server -> GPUs asked for
+    cpus: dict[str, int] = field(default_factory=dict)  # server -> cores the loads were weighed by (all known)
+
+    def per_core(self, server: str) -> float | None:
+        return self.loads[server] / self.cpus[server] if server in self.cpus else None
 
     def dcs_on(self, server: str) -> list[str]:
         return [dc for dc, s in self.assignment.items() if s == server]
@@ -66,19 +73,19 @@ class Placement:
     def to_dict(self) -> dict[str, Any]:
         return {"assignment": dict(self.assignment), "loads": dict(self.loads), "gpus": dict(self.gpus),
                 "tunnels": [list(c) for c in self.cut], "tunnel_rate_bps": self.cut_rate_bps,
-                "automatic": self.automatic, "optimal": self.optimal, "searched": self.searched}
+                "automatic": self.automatic, "optimal": self.optimal, "searched": self.searched,
+                "cpus": dict(self.cpus), "nodes_per_core": {s: self.per_core(s) for s in self.cpus}}
+
+
+def cores(cluster: Cluster) -> dict[str, int]:
+    """Every server's cores when all are known (given or measured), else {} (loads compared in nodes)."""
+    if any(s.cpus is None for s in cluster.servers):
+        return {}
+    return {s.name: int(s.cpus) for s in cluster.servers if s.cpus is not None}
 
 
 def _gpu_fits(server: Server, used: int, topo: Topology) -> bool:
     return server.gpus is None or topo.gpu_sharing or used <= server.gpus
-
-
-def _cost(topo: Topology, assignment: dict[str, str], nodes: dict[str, int]) -> tuple[int, int, float]:
-    loads: dict[str, int] = {}
-    for dc, s in assignment.items():
-        loads[s] = loads.get(s, 0) + nodes[dc]
-    cut = [lk for lk in topo.links if assignment[lk.a] != assignment[lk.b]]
-    return (max(loads.values()), len(cut), sum(lk.forward.rate_bps + lk.reverse.rate_bps for lk in cut))
 
 
 def _result(topo: Topology, cluster: Cluster, assignment: dict[str, str], automatic: bool, optimal: bool,
@@ -92,7 +99,7 @@ def _result(topo: Topology, cluster: Cluster, assignment: dict[str, str], automa
     cut = tuple((lk.a, lk.b) for lk in topo.links if assignment[lk.a] != assignment[lk.b])
     rate = sum(lk.forward.rate_bps + lk.reverse.rate_bps for lk in topo.links if assignment[lk.a] != assignment[lk.b])
     ordered = {d.name: assignment[d.name] for d in topo.dcs}
-    return Placement(ordered, loads, cut, rate, automatic, optimal, searched, used)
+    return Placement(ordered, loads, cut, rate, automatic, optimal, searched, used, cores(cluster))
 
 
 def _check_given(topo: Topology, cluster: Cluster, given: dict[str, str]) -> dict[str, str]:
@@ -124,6 +131,7 @@ def _search(topo: Topology, cluster: Cluster) -> tuple[dict[str, str] | None, bo
     nodes, gpus = dc_nodes(topo), dc_gpus(topo)
     order = sorted(topo.dc_names, key=lambda dc: (-nodes[dc], topo.dc_names.index(dc)))
     servers = list(cluster.servers)
+    cap = cores(cluster) or {s.name: 1 for s in servers}
     neighbours: dict[str, list[tuple[str, float]]] = {dc: [] for dc in order}
     for lk in topo.links:
         r = lk.forward.rate_bps + lk.reverse.rate_bps
@@ -139,7 +147,7 @@ def _search(topo: Topology, cluster: Cluster) -> tuple[dict[str, str] | None, bo
         count[0] += 1
         if count[0] > SEARCH_LIMIT:
             return False
-        peak = max(load.values())
+        peak = max(Fraction(load[n], cap[n]) for n in load)
         if best[0] is not None and (peak, cut_n, cut_r) >= best[0]:
             return True
         if i == len(order):
@@ -149,10 +157,11 @@ def _search(topo: Topology, cluster: Cluster) -> tuple[dict[str, str] | None, bo
         tried_empty: set[tuple[Any, ...]] = set()
         # servers already holding a neighbour first: good placements are found early, bounds prune sooner
         ranked = sorted(servers, key=lambda s: (-sum(r for n, r in neighbours[dc] if assign.get(n) == s.name),
-                                                load[s.name], servers.index(s)))
+                                                Fraction(load[s.name] + nodes[dc], cap[s.name]),
+                                                servers.index(s)))
         for s in ranked:
             if load[s.name] == 0 and used[s.name] == 0:
-                kind = (s.max_hosts, s.gpus)
+                kind = (s.max_hosts, s.gpus, cap[s.name])
                 if kind in tried_empty:
                     continue  # an empty server like one tried already: the same placement, renamed
                 tried_empty.add(kind)

@@ -39,11 +39,13 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from topologies.model import Topology
 from traffic_control.errors import ValidationError
+from traffic_control.shape import LinkShape
 
 from ..network import naming
 
@@ -167,7 +169,8 @@ def up(topo: Topology, s: ServerShaping, *, impairment: str = "auto", allow_miss
                 d = uimp.start(netns(), uimp.Point(NODE, inner, f"{s.dc}->{e.dst_dc}"), e.shape, seed)
                 daemons.append({"node": NODE, "ifname": inner, "what": f"{s.dc}->{e.dst_dc}", "pid": d.pid,
                                 "state_dir": str(d.state_dir)})
-        record = {"mode": "shape", "server": s.server, "topology": topo.name, "shaping": s.to_dict(),
+        record = {"mode": "shape", "server": s.server, "topology": topo.name, "topology_spec": topo.to_dict(),
+                  "shaping": s.to_dict(),
                   "impairment": imp.to_dict(), "daemons": daemons, "table": TABLE, "pref": PREF}
         path = state_path()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -183,6 +186,70 @@ def up(topo: Topology, s: ServerShaping, *, impairment: str = "auto", allow_miss
               "applied": read_back(s)}
     say(f"{s.server}: DC {s.dc}: {len(s.egress)} destination(s) shaped, impairment {imp.backend}")
     return report
+
+
+def check_change(backend: str, key: str, new: LinkShape) -> None:
+    """What this server's backend cannot give a path's new shape, refused by field before anything changes
+    (the launcher runs it for every server first; each server runs it again on its own state)."""
+    from ..network.impairment import refuse_payload_features
+
+    if backend == "userspace":
+        refuse_payload_features(new, key)
+    if backend == "netem" and new.jitter_s and not new.reorder:
+        raise ValidationError(f"{key}.jitter", "jitter with order kept needs the jitter driver, which shape mode "
+                              "does not run yet under netem", "reorder: true, or use mode: emulate")
+    if backend == "none" and new.needs_netem:
+        raise ValidationError(key, f"this network was built without an impairment backend: {new.describe()} "
+                              "cannot be applied", "bring it up again with --impairment auto, netem or userspace")
+
+
+def change(shapes: dict[str, LinkShape], topo_spec: dict[str, Any]) -> dict[str, Any]:
+    """Give this server's shapers new path shapes (``net set --cluster`` in shape mode), in place: the HTB and
+    netem leaf by ``tc change`` (open connections see no gap), the userspace daemon by its own change (started
+    where a path gets its first delay or loss).  ``shapes``: destination DC -> the path's new shape.  Checked
+    whole before the first is touched; returns each changed direction as ``net show`` reports it."""
+    import traffic_control.netlink as tcnl
+
+    from ..network import impairment as uimp
+    from .shaping import ServerShaping
+
+    rec = read_state()
+    if rec is None:
+        raise ValidationError("--cluster", "this server shapes nothing (no shape-mode network is up here)",
+                              "bring the network up with `testbed net up TOPOLOGY --cluster FILE`")
+    plan = ServerShaping.from_dict(rec["shaping"])
+    imp = rec.get("impairment") or {}
+    backend, seed = imp.get("backend", "none"), imp.get("seed")
+    egress = {e.dst_dc: e for e in plan.egress}
+    for dst, new in shapes.items():
+        if dst not in egress:
+            raise ValidationError("--cluster", f"{plan.server} shapes no path {plan.dc}->{dst}",
+                                  f"its paths go to: {', '.join(egress)}")
+        check_change(backend, f"{plan.dc}->{dst}", new)
+    daemons = {d["ifname"]: d for d in rec.get("daemons", [])}
+    for dst, new in shapes.items():
+        inner, e = ns_ifname(dst), egress[dst]
+        use_netem = backend == "netem"
+        tcnl.change(inner, e.shape, new, netns=netns(), netem=use_netem,
+                    seed=uimp.seed_for(seed, f"{NODE}.{inner}") if use_netem and seed is not None else None)
+        if backend == "userspace":
+            what = f"{plan.dc}->{dst}"
+            if inner in daemons:
+                uimp.change(uimp.attach(netns(), uimp.Point(NODE, inner, what)), new)
+            elif new.needs_netem:
+                d = uimp.start(netns(), uimp.Point(NODE, inner, what), new, seed)
+                daemons[inner] = {"node": NODE, "ifname": inner, "what": what, "pid": d.pid,
+                                  "state_dir": str(d.state_dir)}
+        for i, ed in enumerate(rec["shaping"]["egress"]):
+            if ed["dst_dc"] == dst:
+                rec["shaping"]["egress"][i] = replace(e, shape=new).to_dict()
+    rec["daemons"] = list(daemons.values())
+    rec["topology_spec"] = topo_spec
+    state_path().write_text(json.dumps(rec, indent=2))
+    from .show import shape_report
+
+    links = (shape_report() or {}).get("links", {})
+    return {k: v for k, v in links.items() if k.split("->", 1)[1] in shapes}
 
 
 def trainer_ifname(s: ServerShaping) -> str | None:

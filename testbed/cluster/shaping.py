@@ -124,11 +124,20 @@ def _where(topo: Topology, u: str, v: str) -> str:
     return f"links[{i}].{'forward' if topo.links[i].a == u else 'reverse'}"
 
 
-def path_shape(topo: Topology, src: str, dst: str) -> tuple[LinkShape, tuple[str, ...]]:
-    """The one shape that stands for the route src -> dst (see the module's docstring), and the route."""
-    path = tuple(topo.path(src, dst))
+def delay_along(topo: Topology, path: tuple[str, ...]) -> float:
+    return sum(topo.link(u, v).shape(u, v).delay_s for u, v in zip(path, path[1:]))
+
+
+def path_shape(topo: Topology, src: str, dst: str, path: tuple[str, ...] | None = None,
+               back: tuple[str, ...] | None = None) -> tuple[LinkShape, tuple[str, ...]]:
+    """The one shape that stands for the route src -> dst (see the module's docstring), and the route.
+
+    ``path``/``back``: the routes the shapers were built for (a change to a live network keeps its routes, as
+    the routers of emulate mode keep theirs); by default the topology's routes now."""
+    path = path or tuple(topo.path(src, dst))
+    back = back or tuple(topo.path(dst, src))
     hops = [(u, v, topo.link(u, v).shape(u, v)) for u, v in zip(path, path[1:])]
-    rtt = topo.path_delay(src, dst) + topo.path_delay(dst, src)
+    rtt = delay_along(topo, path) + delay_along(topo, back)
     if len(hops) == 1:
         return replace(hops[0][2], queue_rtt_s=rtt), path
     for u, v, s in hops:

@@ -18,8 +18,8 @@ servers (emulate mode, :mod:`.launch`), so a trial across servers is the same tr
 
 Samplers (links, TCP, processes) and the CPU-saturation watch run on every server: the launcher's as on one
 machine, every other server's by ``testbed cluster sample`` over ssh (:mod:`.sampling`), their rows merged
-into the trial's files at ``stop``.  A link schedule's events go to every server at once (:mod:`.linkset`;
-emulate mode).  Docker hosts, cross traffic, and schedules in shape mode are refused before anything is
+into the trial's files at ``stop``.  A link schedule's events go to every server at once (:mod:`.linkset` in
+emulate mode, :mod:`.shapeset` in shape mode).  Docker hosts, and cross traffic in shape mode, are refused before anything is
 built.
 """
 
@@ -63,10 +63,11 @@ def refuse_unsupported(spec: Any, cluster: Cluster) -> None:
     if any(dc.runtime != "process" for dc in spec.topology.dcs):
         raise ValidationError("dcs[].runtime", "docker hosts across servers are not built yet",
                               "use process hosts (the default) with --cluster, or run on one machine")
-    if spec.schedule and cluster.mode == "shape":
-        raise ValidationError("schedule", "a link schedule in shape mode is not built yet (a change to one link "
-                              "moves every path composed over it)",
-                              "drop the schedule, use mode: emulate, or run on one machine")
+    if spec.schedule and cluster.mode == "shape":  # every event's paths composed on paper (backends: at play)
+        from . import shaping
+        from .shapeset import paper_states, plan_schedule
+
+        plan_schedule(paper_states(spec.topology, shaping.plan(spec.topology, cluster)), list(spec.schedule))
     if spec.cross_traffic and cluster.mode == "shape":
         raise ValidationError("cross_traffic", "cross traffic in shape mode is not built yet (there is no "
                               "emulated LAN to put its endpoints on)",
@@ -492,6 +493,30 @@ class ShapeTrialNetwork(ClusterTrialNetwork):
         p = self.view.popen(node, argv, env=env, **kw)
         p.trainer_pid = p.pid
         return p
+
+    def play(self, events: Any) -> Any:
+        """Play a link schedule (:mod:`.shapeset`): every event planned and checked on paper first, against
+        each server's backend, then each sent to every server at once when its time comes."""
+        from traffic_control.schedule import SchedulePlayer
+
+        from .shapeset import paper_states, plan_schedule
+
+        backends = {n: r.get("impairment") for n, r in self.report["servers"].items()}
+        self._changes = plan_schedule(paper_states(self.topo, self.plans, backends), list(events))
+        self._t_play = time.monotonic()
+        return SchedulePlayer(events, self.apply_event).start()
+
+    def apply_event(self, event: Any) -> None:
+        from .shapeset import apply_change
+
+        change = self._changes.pop(0)  # the player calls in the schedule's order
+        t = time.monotonic()
+        _, took = apply_change(self.cluster, change, list(self.plans))
+        self.schedule_lag.append({"t_s": round(t - self._t_play, 3) if self._t_play else None,
+                                  "link": f"{event.src}-{event.dst}",
+                                  "took_ms": {s: round(v * 1e3, 1) for s, v in took.items()},
+                                  "paths": sorted(f"{self.plans[n].dc}->{d}" for n, m in change.shapes.items()
+                                                  for d in m)})
 
     def record(self) -> dict[str, Any]:
         out = super().record()

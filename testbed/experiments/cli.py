@@ -33,6 +33,7 @@ def _announce_netem(spec: Any) -> None:
 def load_cluster_for(spec: Any, path: str) -> Any:
     """``run --cluster FILE``: the cluster file, checked against the spec before anything is built (exit 2):
     emulate mode, a placement that fits, nothing a trial across servers does not do yet."""
+    from ..cluster.capacity import measured
     from ..cluster.model import load as load_cluster
     from ..cluster.placement import place
     from ..cluster.trialnet import refuse_unsupported
@@ -45,7 +46,7 @@ def load_cluster_for(spec: Any, path: str) -> Any:
     else:
         place(spec.topology, cluster)
     refuse_unsupported(spec, cluster)
-    return cluster
+    return measured(cluster, log=_say)  # every server's cores, for an automatic placement
 
 
 def preflight(spec: Any) -> None:

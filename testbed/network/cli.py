@@ -94,8 +94,10 @@ def _up_cluster(args: argparse.Namespace) -> int:
         if getattr(args, flag):
             raise ValidationError(f"--{flag.replace('_', '-')}", "not available with --cluster yet",
                                   "bring the network up without it (see `testbed cluster place` for the plan)")
-    cluster = load_cluster(args.cluster)
+    from testbed.cluster.capacity import for_build
+
     topo = load(args.spec, scale=args.scale)
+    cluster = for_build(topo, load_cluster(args.cluster), log=_say)  # cores, for an automatic placement
     rep = launch.up(topo, cluster, impairment=args.impairment, allow_missing_netem=args.allow_missing_netem,
                     with_ps=not args.no_ps, seed=args.seed)
     if cluster.mode == "shape":
@@ -246,6 +248,13 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    if getattr(args, "cluster", None):
+        return _show_cluster(args)
+    from testbed.cluster.show import shape_report
+
+    shaped = shape_report()
+    if shaped is not None:  # a shape-mode server: its shaper, one direction per destination DC
+        return _show_shaped(args, shaped)
     try:
         net = EmulatedNetwork.attach()
     except NotUp as e:
@@ -270,11 +279,51 @@ def cmd_show(args: argparse.Namespace) -> int:
     for key, v in links.items():
         print(f"  {key:20} {_describe_kernel(v)}")
     for h in health:
-        tag = "ok" if h["alive"] else ("DEAD: link fails closed (drops all traffic)" if h.get("fail_closed", True)
-                                       else "DEAD")
-        print(f"  daemon {h['node']}:{h['ifname']} ({h['realises']}) pid {h['pid']}: {tag}"
-              + (f" - {h['state']}: {h['reason']}" if not h["alive"] else ""))
+        print("  " + _daemon_line(h))
     return 1 if failing else 0
+
+
+def _daemon_line(h: dict[str, Any]) -> str:
+    tag = "ok" if h["alive"] else ("DEAD: link fails closed (drops all traffic)" if h.get("fail_closed", True)
+                                   else "DEAD")
+    where = f"{h['server']} " if h.get("server") else ""
+    return (f"daemon {where}{h['node']}:{h['ifname']} ({h['realises']}) pid {h['pid']}: {tag}"
+            + (f" - {h['state']}: {h['reason']}" if not h["alive"] else ""))
+
+
+def _show_shaped(args: argparse.Namespace, out: dict[str, Any]) -> int:
+    """``net show`` on a shape-mode server (testbed.cluster.shaper): its egress per destination DC."""
+    failing = [h for h in out["impairment_health"] if not h["alive"]]
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+        return 1 if failing else 0
+    rec = out["state"]
+    imp = rec.get("impairment") or {}
+    print(f"shape mode: server {rec['server']} (DC {rec['shaping']['dc']}) of topology {rec.get('topology')}, "
+          f"impairment backend {imp.get('backend', '?')}")
+    from testbed.cluster.show import relays
+
+    for key, v in out["links"].items():
+        print(f"  {key:12} (to {v['to_server']}{relays(v)}) {_describe_kernel(v)}")
+    for h in out["impairment_health"]:
+        print("  " + _daemon_line(h))
+    return 1 if failing else 0
+
+
+def _show_cluster(args: argparse.Namespace) -> int:
+    """``net show --cluster FILE``: every server's part, asked over ssh at once, merged (testbed.cluster.show)."""
+    from testbed.cluster.model import load as load_cluster
+    from testbed.cluster.show import gather, merge
+
+    cluster = load_cluster(args.cluster)
+    merged = merge(gather(cluster))
+    if args.json:
+        print(json.dumps(merged, indent=2, default=str))
+    else:
+        from testbed.cluster.show import describe
+
+        print("\n".join(describe(merged, cluster.launcher, _describe_kernel, _daemon_line)))
+    return 0 if merged["ok"] else 1
 
 
 def _describe_kernel(entry: dict[str, Any]) -> str:
@@ -399,6 +448,25 @@ def cmd_set(args: argparse.Namespace) -> int:
     return 0
 
 
+def _set_shape(cluster: Any, args: argparse.Namespace, dirs: list[tuple[str, str]], changes: dict[str, Any]) -> int:
+    """``net set --cluster`` in shape mode (testbed.cluster.shapeset): every path over the link recomposed."""
+    from testbed.cluster.shapeset import apply_everywhere as shape_everywhere
+    from testbed.cluster.show import relays
+
+    if args.state is not None:
+        raise ValidationError(f"--{args.state}", "a link down or up is not built in shape mode yet (it would cut "
+                              "every path over it)", "use mode: emulate, or --loss 100%")
+    try:
+        out = shape_everywhere(cluster, dirs, changes, log=_say)
+    except ValidationError as e:  # a shape field (its flag); a path it would break or a backend that cannot
+        flag = bool(e.field) and "." not in (e.field or "") and "[" not in (e.field or "")  # give it: as named
+        raise (as_flag_error(e) if flag else e) from None
+    for server, links in out.items():
+        for key, entry in sorted(links.items()):
+            print(f"{key} ({server}{relays(entry)}): {_describe_kernel(entry)}")
+    return 0
+
+
 def as_flag_error(e: ValidationError) -> ValidationError:
     """A shape's validation error named by the ``net set`` flag that gave the field."""
     field = e.field or ""
@@ -416,10 +484,9 @@ def _set_cluster(args: argparse.Namespace, changes: dict[str, Any]) -> int:
     from testbed.cluster.model import load as load_cluster
 
     cluster = load_cluster(args.cluster)
-    if cluster.mode == "shape":
-        raise ValidationError("--cluster", "net set in shape mode is not built yet (a change to one link moves "
-                              "every path composed over it)", "bring the network up again with the new shape")
     dirs = [(args.a, args.b)] if args.one_way else [(args.a, args.b), (args.b, args.a)]
+    if cluster.mode == "shape":
+        return _set_shape(cluster, args, dirs, changes)
     change = LinkChange(tuple(dirs), changes, (args.a, args.b), args.state)
     try:
         out = apply_everywhere(cluster, change, log=_say)
@@ -554,13 +621,14 @@ def _selftest_error(st: Any) -> list[Any]:
 def _verify_cluster(args: argparse.Namespace) -> int:
     """``net verify SPEC --cluster FILE``: up on every server, measure across them, down on every server."""
     from testbed.cluster import launch
+    from testbed.cluster.capacity import for_build
     from testbed.cluster.model import load as load_cluster
     from testbed.cluster.placement import place
     from testbed.cluster.verify import verify as verify_cluster
     from testbed.cluster.view import ClusterNetwork
 
-    cluster = load_cluster(args.cluster)
     topo = load(args.spec, scale=args.scale)
+    cluster = for_build(topo, load_cluster(args.cluster), log=_say)  # cores, for an automatic placement
     if cluster.mode == "shape":
         return _verify_shape(args, topo, cluster)
     placement = place(topo, cluster)
@@ -734,7 +802,11 @@ def register(sub: Any) -> None:
     show = nsub.add_parser("show", help="the running network as the kernel reports it: every WAN direction's "
                                         "tc state and interface state, the userspace daemons' health "
                                         "(exit 1 if one is dead)")
-    show.add_argument("--json", action="store_true")
+    show.add_argument("--json", action="store_true", help="print the report as JSON")
+    show.add_argument("--cluster", metavar="FILE", help="the whole network across the servers of this cluster file: "
+                                                        "every server asked over ssh, each WAN direction with the "
+                                                        "server that shapes it (exit 1 if a server does not answer, "
+                                                        "a direction is unreported or a daemon is dead)")
     show.set_defaults(func=cmd_show)
     st = nsub.add_parser("set", help="change a WAN link of the running network in place (no gap, any backend)",
                          description="Change both directions of link A-B (or only A->B with --one-way) on the "
@@ -771,9 +843,11 @@ def register(sub: Any) -> None:
     sg.add_argument("--up", dest="state", action="store_const", const="up", help="bring the link back up")
     st.add_argument("--one-way", action="store_true", help="change only the A->B direction")
     st.add_argument("--cluster", metavar="FILE",
-                    help="the network is up across the servers of this cluster file (emulate mode): the change is "
+                    help="the network is up across the servers of this cluster file. Emulate mode: the change is "
                          "checked on every server, then applied where each direction is shaped (a tunnelled "
-                         "link's A->B on A's server); the others resize their queues for a changed delay")
+                         "link's A->B on A's server); the others resize their queues for a changed delay. Shape "
+                         "mode: every path over the link is recomposed, checked, then changed on its server "
+                         "(--down/--up not there yet)")
     st.set_defaults(func=cmd_set, state=None)
     ex = nsub.add_parser("exec", help="run a command in a node of the running network (its namespace and cgroup)",
                          description="Run COMMAND inside NODE (e.g. east-h1): its network namespace, its cgroup "

@@ -64,6 +64,7 @@ class StandIn:
     pid: int = 0
     proc: subprocess.Popen[bytes] | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    cores: int | None = None  # its sshd (and so all it runs) pinned to this many cores: what nproc says there
 
     @property
     def address(self) -> str:
@@ -74,10 +75,11 @@ class StandInServers:
     """``count`` stand-in servers (``s2``, ``s3``...; ``s1`` is the launcher) under ``workdir``."""
 
     def __init__(self, workdir: Path, count: int = 2, clock_offsets_s: tuple[float, ...] = (),
-                 mtu: int = 9000) -> None:
+                 mtu: int = 9000, cores: tuple[int | None, ...] = ()) -> None:
         self.workdir = workdir
         self.mtu = mtu  # the servers' network (jumbo frames: a 1500-byte WAN link fits a VXLAN tunnel)
-        self.servers = [StandIn(f"s{i + 2}", i + 1, clock_offsets_s[i] if i < len(clock_offsets_s) else 0.0)
+        self.servers = [StandIn(f"s{i + 2}", i + 1, clock_offsets_s[i] if i < len(clock_offsets_s) else 0.0,
+                                cores=cores[i] if i < len(cores) else None)
                         for i in range(count)]
         self.key = workdir / "id_ed25519"
         self.known_hosts = workdir / "known_hosts"
@@ -150,8 +152,9 @@ class StandInServers:
         # namespace is detached when the launcher removes it (rmdir), which would merge the two views
         inner = ("mount --make-rprivate / && mount -t tmpfs tbsrv /run && mkdir -p /run/netns /run/sshd && "
                  f"exec /usr/sbin/sshd -D -e -f {d}/sshd_config")
+        pin = ["taskset", "-c", f"0-{s.cores - 1}"] if s.cores else []
         with open(d / "sshd.log", "ab") as log:
-            s.proc = subprocess.Popen(["ip", "netns", "exec", s.netns, "unshare", "--mount", "--pid", "--fork",
+            s.proc = subprocess.Popen([*pin, "ip", "netns", "exec", s.netns, "unshare", "--mount", "--pid", "--fork",
                                        "--mount-proc", "sh", "-c", inner], stdout=log, stderr=subprocess.STDOUT,
                                       start_new_session=True)
         s.pid = s.proc.pid

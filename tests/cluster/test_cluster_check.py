@@ -26,7 +26,7 @@ OFFSETS_S = (0.250, -0.040)
 @pytest.fixture(scope="module")
 def standins(tmp_path_factory):
     require()
-    s = StandInServers(tmp_path_factory.mktemp("standins"), 2, OFFSETS_S).start()
+    s = StandInServers(tmp_path_factory.mktemp("standins"), 2, OFFSETS_S, cores=(1, None)).start()
     yield s
     s.stop()
 
@@ -63,6 +63,25 @@ def test_check_reaches_every_server_and_measures_its_clock(standins, tmp_path):
     cp = on_s2(standins, f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}", timeout=30)
     assert cp.returncode == 0 and 15 <= int(cp.stdout) <= 21, (cp.stdout, cp.stderr)
     print(f"MEASURED on the stand-in (clock {OFFSETS_S[0]:+.3f} s): {int(cp.stdout)} timed waits of 50 ms in 1 s")
+
+
+def test_place_measure_asks_each_servers_cores_and_balances_nodes_per_core(standins, tmp_path):
+    """s2's sshd is pinned to one core (so is everything it runs, nproc included), s3 and the launcher have the
+    machine's: asked over ssh, s2 gets the smallest share of geo_wan's nodes; without --measure, nodes."""
+    import os
+
+    here = len(os.sched_getaffinity(0))
+    f = str(write(tmp_path, standins.cluster()))
+    r = run_cli("cluster", "place", "geo_wan", "--cluster", f, "--measure", "--json", timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = json.loads(r.stdout)
+    assert out["cpus"] == {"s1": here, "s2": 1, "s3": here}, out
+    assert "cores measured: s1: " in r.stderr and "s2: 1" in r.stderr, r.stderr
+    if here > 1:
+        assert out["loads"]["s2"] < min(out["loads"]["s1"], out["loads"]["s3"]), out["loads"]
+    plain = run_cli("cluster", "place", "geo_wan", "--cluster", f, timeout=60)
+    assert plain.returncode == 0 and "balanced in nodes: not every server's cores are known" in plain.stdout
+    print(f"MEASURED cluster place --measure: cores {out['cpus']}, geo_wan nodes {out['loads']}")
 
 
 def test_a_server_without_sshd_fails_clearly_and_the_rest_is_checked(standins, tmp_path):

@@ -217,10 +217,36 @@ def test_net_set_across_servers_changes_each_direction_where_it_is_shaped(standi
         assert up.returncode == 0, up.stderr
         assert 24.0 <= min_rtt_ms(rtt(False, "a-h1", "10.2.0.1")) <= 27.0
         assert 34.0 <= min_rtt_ms(rtt(True, "c-h1", "10.1.0.1")) <= 37.0
+        whole_network_shown(standins, tmp_path, cluster)
     finally:
         d = run_cli("net", "down", "--cluster", cluster, timeout=120)
     assert d.returncode == 0, d.stderr
     assert local_namespaces() == [] and s2_state(standins) == {}
+
+
+def whole_network_shown(standins, tmp_path, cluster: str) -> None:
+    """``net show --cluster`` from the launcher: every direction with the server that shapes it, as the
+    servers' kernels report it; a server that does not answer is named and its directions are unreported."""
+    r = run_cli("net", "show", "--cluster", cluster, "--json", timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = json.loads(r.stdout)
+    assert out["ok"] and out["mode"] == "emulate" and out["unreported"] == []
+    assert {k: v["server"] for k, v in out["links"].items()} == {"a->b": "s1", "b->a": "s2", "b->c": "s2",
+                                                                 "c->b": "s2"}
+    assert out["links"]["a->b"]["tc"]["shape"]["rate_bps"] == pytest.approx(20e6)
+    assert out["links"]["b->a"]["tc"]["shape"]["rate_bps"] == pytest.approx(20e6)
+    assert out["servers"]["s2"]["dcs"] == ["b", "c"] and out["servers"]["s1"]["tunnels"] == 1
+    assert {h["server"] for h in out["impairment_health"]} == {"s1", "s2"}
+    text = run_cli("net", "show", "--cluster", cluster, timeout=120)
+    assert text.returncode == 0 and "s1 (this machine): DCs a" in text.stdout, text.stdout + text.stderr
+    assert "a->b         (s1) 20Mbit, delay 12ms" in text.stdout and "b->c         (s2) 50Mbit" in text.stdout, text.stdout
+    # s2 unreachable (a port nothing listens on): named, its three directions unreported, exit 1
+    spec = standins.cluster(placement=PLACEMENT, connect_timeout=2)
+    spec["servers"][1]["port"] = 1
+    r = run_cli("net", "show", "--cluster", str(write(tmp_path, spec, "wrong-port.yaml")), "--json", timeout=120)
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and not out["ok"] and out["servers"]["s2"]["ok"] is False, r.stdout
+    assert "ssh" in out["servers"]["s2"]["error"] and out["unreported"] == ["b->a", "b->c", "c->b"], out
 
 
 def test_down_reports_a_server_it_could_not_reach(standins, tmp_path):

@@ -120,6 +120,16 @@ def test_net_up_stays_up_probed_from_both_servers_then_down(standins, tmp_path):
         bad = s2_testbed(standins, "net", "exec", "c-h1", "--", "true")
         assert bad.returncode == 2 and "use: testbed net exec s2" in bad.stderr, bad.stderr
         assert launcher_shape_objects()  # rule, table, FORWARD accept, namespace
+        # net show on the stand-in (its shaper), and of the whole network from the launcher
+        sh = s2_testbed(standins, "net", "show")
+        assert sh.returncode == 0 and "shape mode: server s2 (DC c)" in sh.stdout, sh.stdout + sh.stderr
+        assert "c->a         (to s1 via b) 20Mbit, delay 8ms" in sh.stdout, sh.stdout
+        whole = run_cli("net", "show", "--cluster", cluster, "--json", timeout=120)
+        assert whole.returncode == 0, whole.stdout + whole.stderr
+        out = json.loads(whole.stdout)
+        assert out["ok"] and out["mode"] == "shape" and out["unreported"] == []
+        assert {k: (v["server"], v["tc"]["shape"]["rate_bps"]) for k, v in out["links"].items()} == {
+            "a->c": ("s1", 30e6), "c->a": ("s2", 20e6)}
     finally:
         # each server on its own, the launcher by a plain `testbed clean` (what a user runs after a crash)
         s2_down = s2_testbed(standins, "net", "down")
@@ -197,4 +207,42 @@ def test_a_hold_in_the_senders_own_namespace_is_throttled_the_shaper_is_not(stan
           f"held in the sender's namespace x{held_here:.3f}")
     assert through_shaper >= 0.95
     assert held_here < 0.7  # TCP Small Queues: the held packets stay charged to the socket
+    nothing_left(standins)
+
+
+def test_net_set_recomposes_every_path_over_the_link_on_both_servers(standins, tmp_path):
+    """relay3 in shape mode (a on the launcher, c on the stand-in, b relays): a-b's delay 5 -> 12 ms moves the
+    a<->c round trip 16 -> 30 ms, measured from both servers; b->c alone to 10 Mbit/s changes the launcher's
+    a->c shaper only; a change the paths or the backend cannot take, a link that is not there and --down are
+    refused (exit 2) with nothing changed."""
+    topo, cluster = files(standins, tmp_path)
+    up = run_cli("net", "up", topo, "--cluster", cluster, timeout=300)
+    try:
+        assert up.returncode == 0, up.stderr[-3000:]
+        assert 16 <= ping_ms() <= 18.5
+        st = run_cli("net", "set", "a", "b", "--delay", "12ms", "--cluster", cluster, timeout=120)
+        assert st.returncode == 0, st.stdout + st.stderr
+        assert "a->c (s1 via b): 30Mbit, delay 15ms" in st.stdout, st.stdout
+        assert "c->a (s2 via b): 20Mbit, delay 15ms" in st.stdout, st.stdout
+        here = ping_ms(count=20)
+        there = min_rtt_ms(on_s2(standins, f"ping -n -c 20 -i 0.05 {SUBNET}.1").stdout)
+        print(f"\nMEASURED net set a-b 5 -> 12 ms in shape mode: a<->c min RTT {here:.2f} ms from the launcher, "
+              f"{there:.2f} ms from the stand-in (spec 30)")
+        assert 30 <= here <= 32.5 and 30 <= there <= 32.5, (here, there)
+        one = run_cli("net", "set", "b", "c", "--one-way", "--rate", "10Mbit", "--cluster", cluster, timeout=120)
+        assert one.returncode == 0 and "a->c (s1 via b): 10Mbit" in one.stdout and "c->a" not in one.stdout, \
+            one.stdout + one.stderr
+        shown = json.loads(run_cli("net", "show", "--cluster", cluster, "--json", timeout=120).stdout)
+        assert {k: v["tc"]["shape"]["rate_bps"] for k, v in shown["links"].items()} == {"a->c": 10e6, "c->a": 20e6}
+        before = shown["links"]
+        for argv, words in ((["a", "b", "--duplicate", "1%"], "duplicat"), (["a", "c", "--delay", "1ms"], "no link a-c"),
+                            (["a", "b", "--down"], "--down")):
+            bad = run_cli("net", "set", *argv, "--cluster", cluster, timeout=120)
+            assert bad.returncode == 2 and words in bad.stderr, (argv, bad.stderr)
+        after = json.loads(run_cli("net", "show", "--cluster", cluster, "--json", timeout=120).stdout)["links"]
+        assert {k: v["tc"]["shape"] for k, v in after.items()} == {k: v["tc"]["shape"] for k, v in before.items()}
+        assert 30 <= ping_ms() <= 32.5
+    finally:
+        down = run_cli("net", "down", "--cluster", cluster, timeout=120)
+    assert down.returncode == 0, down.stderr
     nothing_left(standins)

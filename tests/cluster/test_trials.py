@@ -142,11 +142,11 @@ def test_bsp_and_gsyn_across_two_servers_arrive_complete_on_one_clock(standins, 
 
 
 def test_what_trials_across_servers_do_not_do_yet_is_refused_before_anything_is_built(standins, tmp_path):
-    (tmp_path / "s.csv").write_text("time,link,rate,delay,jitter,loss,state\n3,a-b,20Mbit,,,,\n")
+    (tmp_path / "s.csv").write_text("time,link,rate,delay,jitter,loss,state\n3,a-b,20Mbit,,,,\n5,b-c,,,,,down\n")
     shape = write(tmp_path, standins.cluster(mode="shape"), "shape.yaml")
     r = run_cli("run", str(write(tmp_path, dict(SPEC, topology=RELAY, schedule=str(tmp_path / "s.csv")), "s.yaml")),
                 "--cluster", str(shape), timeout=60)
-    assert r.returncode == 2 and "schedule" in r.stderr and "shape mode" in r.stderr, r.stderr
+    assert r.returncode == 2 and "schedule[1].state" in r.stderr and "shape mode" in r.stderr, r.stderr
     # a schedule on a link that does not exist: refused on paper in emulate mode too
     (tmp_path / "bad.csv").write_text("time,link,rate,delay,jitter,loss,state\n3,a-c,20Mbit,,,,\n")
     r = run_cli("run", str(write(tmp_path, dict(SPEC, schedule=str(tmp_path / "bad.csv")), "b.yaml")), "--cluster",
@@ -443,3 +443,35 @@ def test_a_shaper_that_dies_mid_trial_fails_it_naming_the_link(standins, tmp_pat
     assert trial["status"] == "failed" and "shape:sh-c (a->c): dead" in trial["reason"], trial
     assert "connection" not in trial["reason"], trial  # the teardown's ssh exits are not called lost connections
     assert local_namespaces() == [] and s2_state(standins) == {}
+
+
+def test_a_link_schedule_in_shape_mode_recomposes_the_paths_over_the_link_mid_trial(standins, tmp_path):
+    """relay3 in shape mode: an event at 7 s sets a-b's delay 5 -> 20 ms; both servers' a<->c paths change
+    (a->c on the launcher, c->a on the stand-in), and the trainers' connections between a and c see the
+    round trip go from ~16 ms to ~46 ms in the TCP samples."""
+    (tmp_path / "s.csv").write_text("time,link,rate,delay,jitter,loss,state\n7,a-b,,20ms,,,\n")
+    spec = dict(SPEC, name="shaped-sched", topology=RELAY, schedule=str(tmp_path / "s.csv"),
+                schemes=[SPEC["schemes"][0]], training=dict(SPEC["training"], stop={"steps": 150}))
+    r = run_cli("run", str(write(tmp_path, spec, "sched.yaml")), "--cluster",
+                str(write(tmp_path, standins.cluster(mode="shape"))), "--results", str(tmp_path / "results"),
+                "--json", timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    (trial,) = [Path(t["dir"]) for t in json.loads(r.stdout)["trials"]]
+    m = json.loads((trial / "manifest.json").read_text())
+    assert m["status"] == "ok", m["reason"]
+    sched = m["schedule"]
+    assert sched["errors"] == [] and len(sched["applied"]) == 1, sched
+    (lag,) = sched["servers"]
+    assert set(lag["took_ms"]) == {"s1", "s2"} and lag["paths"] == ["a->c", "c->a"], lag
+    tcp = [json.loads(ln) for ln in (trial / "samples" / "tcp.jsonl").read_text().splitlines()]
+    tcp = [x for x in tcp if x["src"].split(":")[0] != x["dst"].split(":")[0]]  # between the servers (a <-> c)
+    at = sched["applied"][0][0]
+    early = [x["rtt_us"] for x in tcp if x["rtt_us"] and x["ts"] / 1e9 < lag["t_s"]]
+    late = [x["rtt_us"] for x in tcp if x["rtt_us"] and x["ts"] / 1e9 > at + 2.0]
+    print(f"MEASURED shape-mode schedule a-b 5 -> 20 ms mid-trial: applied at {at:.2f} s, servers took "
+          f"{lag['took_ms']} ms; trainer connections' smoothed RTT before {min(early or [0]) / 1e3:.1f}-"
+          f"{max(early or [0]) / 1e3:.1f} ms, after {min(late or [0]) / 1e3:.1f}-{max(late or [0]) / 1e3:.1f} ms")
+    assert early and late, (len(early), len(late))
+    # before: the 16 ms path (its median; the training's own queueing adds some); after: never below 46 ms
+    assert sorted(early)[len(early) // 2] < 30_000 and min(late) > 44_000, (early[:5], late[:5])
+    assert s2_state(standins) == {}

@@ -110,3 +110,69 @@ def test_one_way_delays_across_servers_take_out_the_receivers_clock_offset_from_
     fixed = corrected(got, offset_between(clocks, "s1", "s2")[0])
     assert fixed["mean_s"] == pytest.approx(0.005) and fixed["p99_s"] == pytest.approx(0.006)
     assert fixed["sd_s"] == 0.0004  # a spread is no time of day
+
+
+def _states(topo, backend: str = "userspace") -> dict:
+    """Each shaping server's state as shape-up writes it (testbed.cluster.shaper.up)."""
+    return {name: {"mode": "shape", "server": name, "topology_spec": topo.to_dict(), "shaping": p.to_dict(),
+                   "impairment": {"backend": backend}}
+            for name, p in plan(topo, cluster(2)).items()}
+
+
+def test_net_set_in_shape_mode_recomposes_every_path_over_the_link():
+    """relay3 (a on s1, c on s2, b relays): a-b's delay 5 -> 12 ms moves both a->c and c->a (each path's delay
+    and the round trip its queue is sized for); b-c's rate only on the one way given."""
+    from testbed.cluster.shapeset import plan_change
+
+    states = _states(relay())
+    ch = plan_change(states, [("a", "b"), ("b", "a")], {"delay_s": 0.012})
+    assert set(ch.shapes) == {"s1", "s2"}
+    ac, ca = ch.shapes["s1"]["c"], ch.shapes["s2"]["a"]
+    assert ac.delay_s == pytest.approx(0.015) and ca.delay_s == pytest.approx(0.015)
+    assert ac.queue_rtt_s == pytest.approx(0.030) and ac.rate_bps == 30e6
+    assert ch.topology.link("a", "b").forward.delay_s == pytest.approx(0.012)
+    one = plan_change(states, [("c", "b")], {"rate_bps": 10e6})
+    assert set(one.shapes) == {"s2"} and one.shapes["s2"]["a"].rate_bps == 10e6
+    # a change from the changed network: the new topology is where the next starts
+    assert json.loads(ch.payload("s2"))["topology"]["links"][0]["delay"] == "12ms"
+
+
+@pytest.mark.parametrize("dirs, changes, field, words", [
+    ([("a", "b")], {"jitter_s": 0.001}, "links[", "two jittered hops"),  # b-c has jitter already
+    ([("a", "c")], {"delay_s": 0.001}, "net set", "no link a-c"),
+    ([("a", "b")], {"duplicate_pct": 1.0}, "links[", "duplication"),
+])
+def test_a_change_the_paths_cannot_take_is_refused_before_any_server(dirs, changes, field, words):
+    from testbed.cluster.shapeset import plan_change
+
+    with pytest.raises(ValidationError) as e:
+        plan_change(_states(relay(jitter="1ms")), dirs, changes)
+    assert e.value.field.startswith(field) and words in str(e.value), str(e.value)
+
+
+def test_a_backend_that_cannot_give_the_new_shape_refuses_it_by_path():
+    from testbed.cluster.shapeset import plan_change
+
+    direct = topology({"name": "d", "dcs": ["a", "c"], "links": [{"a": "a", "b": "c", "rate": "40Mbit"}]})
+    with pytest.raises(ValidationError) as e:
+        plan_change(_states(direct, backend="none"), [("a", "c")], {"delay_s": 0.005})
+    assert e.value.field == "a->c" and "without an impairment backend" in str(e.value)
+    with pytest.raises(ValidationError) as e:
+        plan_change(_states(direct), [("a", "c")], {"duplicate_pct": 2.0})
+    assert e.value.field == "a->c.duplicate"
+
+
+def test_a_schedule_in_shape_mode_is_planned_whole_each_event_from_the_last():
+    from testbed.cluster.shapeset import paper_states, plan_schedule
+    from traffic_control.schedule import parse_schedule
+
+    topo = relay()
+    events = parse_schedule("time,link,rate,delay,jitter,loss,state\n3,a-b,,10ms,,,\n6,b-c,20Mbit,,,,\n")
+    first, second = plan_schedule(paper_states(topo, plan(topo, cluster(2))), events)
+    assert first.shapes["s1"]["c"].delay_s == pytest.approx(0.013)
+    # the second event starts from the first: the path keeps its 13 ms and takes the new rate
+    assert second.shapes["s1"]["c"].delay_s == pytest.approx(0.013) and second.shapes["s1"]["c"].rate_bps == 20e6
+    down = parse_schedule("time,link,rate,delay,jitter,loss,state\n3,a-b,,10ms,,,\n4,a-b,,,,,down\n")
+    with pytest.raises(ValidationError) as e:
+        plan_schedule(paper_states(topo, plan(topo, cluster(2))), down)
+    assert e.value.field == "schedule[1].state"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from fractions import Fraction
 
 import pytest
 import yaml
@@ -101,7 +102,9 @@ def _brute(topo, cluster):
         if any(sv.max_hosts is not None and loads[sv.name] > sv.max_hosts for sv in cluster.servers):
             continue
         cut = [lk for lk in topo.links if a[lk.a] != a[lk.b]]
-        cost = (max(loads.values()), len(cut), sum(lk.forward.rate_bps + lk.reverse.rate_bps for lk in cut))
+        cores = {sv.name: sv.cpus or 1 for sv in cluster.servers}
+        cost = (max(Fraction(loads[n], cores[n]) for n in loads), len(cut),
+                sum(lk.forward.rate_bps + lk.reverse.rate_bps for lk in cut))
         best = cost if best is None or cost < best else best
     return best
 
@@ -120,15 +123,34 @@ def test_auto_placement_is_optimal_on_random_graphs():
         k = rng.randint(2, 4)
         cap = rng.choice([None, None, max(dc_nodes(topo).values()) + rng.randint(0, 3)])
         cluster = from_dict({"servers": servers(k, **({} if cap is None else {"max_hosts": cap}))})
+        if trial % 3 == 0:  # every server's cores known: the balance is in nodes per core
+            cluster = cluster.with_cpus({name: rng.choice([1, 2, 4, 8]) for name in cluster.names})
         expected = _brute(topo, cluster)
         if expected is None:
             with pytest.raises(ValidationError):
                 place(topo, cluster)
             continue
         p = place(topo, cluster)
-        got = (max(p.loads.values()), len(p.cut), p.cut_rate_bps)
+        cores = {sv.name: sv.cpus or 1 for sv in cluster.servers}
+        got = (max(Fraction(p.loads[n], cores[n]) for n in p.loads), len(p.cut), p.cut_rate_bps)
         assert p.optimal and got == expected, (trial, p.assignment, got, expected)
         assert sum(p.loads.values()) == sum(dc_nodes(topo).values())
+
+
+def test_a_server_with_more_cores_carries_more_nodes_and_unknown_cores_compare_nodes():
+    """geo_wan's DCs on a 12-core and a 4-core server: the 12-core one carries about three times the nodes;
+    with one server's cores unknown, loads are compared in nodes as before."""
+    topo = load("geo_wan")
+    both = from_dict({"servers": [{"name": "big", "address": "10.0.0.1", "cpus": 12},
+                                  {"name": "small", "address": "10.0.0.2", "cpus": 4}]})
+    p = place(topo, both)
+    assert p.cpus == {"big": 12, "small": 4} and p.loads["big"] > 2 * p.loads["small"], p.loads
+    assert p.to_dict()["nodes_per_core"]["big"] == pytest.approx(p.loads["big"] / 12)
+    even = place(topo, from_dict({"servers": [{"name": "big", "address": "10.0.0.1", "cpus": 12},
+                                              {"name": "small", "address": "10.0.0.2"}]}))
+    assert even.cpus == {} and abs(even.loads["big"] - even.loads["small"]) <= max(dc_nodes(topo).values())
+    measured = place(topo, from_dict({"servers": servers(2)}).with_cpus({"s1": 12, "s2": 4}))
+    assert measured.loads["s1"] > 2 * measured.loads["s2"]
 
 
 def test_cli_place_prints_and_refuses(tmp_path):
