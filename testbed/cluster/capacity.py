@@ -44,9 +44,14 @@ def measure(cluster: Cluster, log: Callable[[str], None] | None = None) -> dict[
     return out
 
 
+def places_by_load(cluster: Cluster) -> bool:
+    """Whether the cluster's placement depends on cores: an automatic one in emulate mode."""
+    return cluster.mode == "emulate" and cluster.placement is None
+
+
 def measured(cluster: Cluster, log: Callable[[str], None] | None = None) -> Cluster:
     """The cluster with every server's cores known, where an automatic emulate-mode placement needs them."""
-    if cluster.mode != "emulate" or cluster.placement is not None:
+    if not places_by_load(cluster):
         return cluster
     return cluster.with_cpus(measure(cluster, log))
 
@@ -54,7 +59,7 @@ def measured(cluster: Cluster, log: Callable[[str], None] | None = None) -> Clus
 def for_build(topo: Topology, cluster: Cluster, log: Callable[[str], None] | None = None) -> Cluster:
     """What a command that builds across servers places with: a placement that cannot fit is refused first
     (exit 2, nothing contacted: the limits do not depend on cores), then the cores are measured."""
-    if cluster.mode != "emulate" or cluster.placement is not None:
+    if not places_by_load(cluster):
         return cluster
     from .placement import place
 

@@ -145,12 +145,9 @@ def up(topo: Topology, s: ServerShaping, *, impairment: str = "auto", allow_miss
     check_machine(s)
     imp = choose_impairment(topo, impairment, allow_missing_netem, seed=seed)
     check_backend_features(topo, imp)
-    if imp.backend == "netem":
-        for e in s.egress:
-            if e.shape.jitter_s and not e.shape.reorder:
-                raise ValidationError(f"{s.dc}->{e.dst_dc}.jitter", "jitter with order kept needs the jitter driver, "
-                                      "which shape mode does not run yet under netem",
-                                      "reorder: true for this link, or use mode: emulate")
+    for e in s.egress:  # what a later `net set` is refused for, refused here too
+        if imp.backend != "none":
+            check_change(imp.backend, f"{s.dc}->{e.dst_dc}", e.shape)
     daemons: list[dict[str, Any]] = []
     ifname = trainer_ifname(s)
     if ifname is None and s.egress:

@@ -67,8 +67,13 @@ def local_report() -> dict[str, Any]:
         net = EmulatedNetwork.attach()
     except NotUp as e:
         raise LookupError(str(e)) from None
+    return emulated_report(net, state.read() or {})
+
+
+def emulated_report(net: Any, rec: dict[str, Any]) -> dict[str, Any]:
+    """An emulated network's ``net show --json`` (one machine's, or a server's part of a cluster's)."""
     links = net.link_report()
-    return {"state": state.read() or {}, "links": links, "impairment_health": net.impairment_health(),
+    return {"state": rec, "links": links, "impairment_health": net.impairment_health(),
             "tc": {f"{v['node']}:{v['ifname']}": v["tc"] for v in links.values()}}
 
 

@@ -250,7 +250,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     if getattr(args, "cluster", None):
         return _show_cluster(args)
-    from testbed.cluster.show import shape_report
+    from testbed.cluster.show import emulated_report, shape_report
 
     shaped = shape_report()
     if shaped is not None:  # a shape-mode server: its shaper, one direction per destination DC
@@ -260,11 +260,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     except NotUp as e:
         _say(str(e))
         return 1
-    rec = state.read() or {}
-    links = net.link_report()
-    health = net.impairment_health()
-    out: dict[str, Any] = {"state": rec, "links": links, "impairment_health": health,
-                           "tc": {f"{v['node']}:{v['ifname']}": v["tc"] for v in links.values()}}
+    out = emulated_report(net, state.read() or {})
+    links, health = out["links"], out["impairment_health"]
     failing = [h for h in health if not h["alive"]]
     if args.json:
         print(json.dumps(out, indent=2, default=str))
