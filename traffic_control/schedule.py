@@ -107,6 +107,13 @@ def load_schedule(path: str | Path) -> list[LinkEvent]:
         raise ValidationError(str(path), f"cannot read: {e.strerror}", "check the path") from None
 
 
+def origin_of(t0_ns: int | None) -> float | None:
+    """A wall-clock instant (``time.time_ns()``, a trial's t0) as a ``time.monotonic()`` reading."""
+    if t0_ns is None:
+        return None
+    return time.monotonic() - (time.time_ns() - t0_ns) / 1e9
+
+
 class SchedulePlayer:
     """Plays events in a background thread; ``apply(event)`` errors are collected, not raised."""
 
@@ -121,8 +128,10 @@ class SchedulePlayer:
         self._thread = threading.Thread(target=self._run, name="link-schedule", daemon=True)
         self.start_time = 0.0
 
-    def start(self) -> SchedulePlayer:
-        self.start_time = self.clock()
+    def start(self, origin: float | None = None) -> SchedulePlayer:
+        """Start playing; event times (and ``applied`` times) count from ``origin`` on ``clock`` (default:
+        now).  A trial passes its t0 (:func:`origin_of`), so the schedule and the records share one zero."""
+        self.start_time = self.clock() if origin is None else origin
         self._thread.start()
         return self
 

@@ -169,10 +169,14 @@ def cmd_shape_up(args: argparse.Namespace) -> int:
 
 
 def cmd_shape_set(args: argparse.Namespace) -> int:
-    """Run by ``net set --cluster`` over ssh in shape mode: this server's paths get new shapes (JSON on stdin)."""
+    """Run by ``net set --cluster`` and trials' link schedules over ssh in shape mode: this server's paths get
+    new shapes and cuts (JSON on stdin), one JSON answer out."""
+    from .linkset import serve_requests
     from .shapeset import serve_change
 
-    print(serve_change(sys.stdin.read()))
+    if args.serve:
+        return serve_requests(serve_change)
+    print(json.dumps(serve_change(json.loads(sys.stdin.read())), default=str))
     return 0
 
 
@@ -249,6 +253,8 @@ def register(sub: Any) -> None:
     su.set_defaults(func=cmd_shape_up)
     ss = csub.add_parser("shape-set", help="(run by `net set --cluster` over ssh, shape mode) change this "
                                           "server's path shapes from JSON on stdin")
+    ss.add_argument("--serve", action="store_true", help="answer one JSON request per stdin line until EOF (a "
+                                                           "trial's link schedule)")
     ss.set_defaults(func=cmd_shape_set)
     sa = csub.add_parser("sample", help="(run by a trial across servers over ssh) sample this server's links, "
                                         "TCP connections, trainers and CPU saturation until stdin closes")

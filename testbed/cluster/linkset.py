@@ -111,17 +111,24 @@ def part_set(req: dict[str, Any]) -> dict[str, Any]:
 
 
 def serve() -> int:
-    """``testbed cluster part-set --serve``: attach once, print ``ready``, answer one request per stdin line
-    (a failure is answered ``{"error": ...}``, the next request still served) until EOF."""
+    """``testbed cluster part-set --serve``: attach once, then :func:`serve_requests`."""
+    net = _attach()
+    return serve_requests(lambda req: answer(net, req))
+
+
+def serve_requests(handle: Callable[[dict[str, Any]], dict[str, Any]]) -> int:
+    """An agent's loop (what :class:`Agent` talks to): print ``ready``, answer one JSON request per stdin line
+    (a failure is answered ``{"error": ...}``, the next request still served) until EOF.  Started once per
+    trial, so an event costs a round trip, not an ssh login and an interpreter start (~1-5 s on a busy
+    server)."""
     import sys
 
-    net = _attach()
     print("ready", flush=True)
     for line in sys.stdin:
         if not line.strip():
             continue
         try:
-            out = answer(net, json.loads(line))
+            out = handle(json.loads(line))
         except Exception as e:
             out = {"error": f"{type(e).__name__}: {e}"}
         print(json.dumps(out, default=str), flush=True)
@@ -129,15 +136,15 @@ def serve() -> int:
 
 
 class Agent:
-    """One server's ``part-set --serve`` over its own ssh connection, for a trial's length; ends when
-    :meth:`close` closes its stdin (or the launcher dies)."""
+    """One server's ``part-set --serve`` (or ``shape-set --serve``: ``argv``) over its own ssh connection, for
+    a trial's length; ends when :meth:`close` closes its stdin (or the launcher dies)."""
 
-    def __init__(self, remote: Any) -> None:
+    def __init__(self, remote: Any, argv: tuple[str, ...] = ("cluster", "part-set", "--serve")) -> None:
         from .view import ssh_until_eof
 
         self.server = remote.server.name
         pipes: list[int] = []
-        self.p = ssh_until_eof(remote, ["cluster", "part-set", "--serve"], pipes, owned=True,
+        self.p = ssh_until_eof(remote, list(argv), pipes, owned=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.w = pipes[0]
         self._lock = threading.Lock()

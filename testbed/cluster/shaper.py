@@ -200,10 +200,14 @@ def check_change(backend: str, key: str, new: LinkShape) -> None:
                               "cannot be applied", "bring it up again with --impairment auto, netem or userspace")
 
 
-def change(shapes: dict[str, LinkShape], topo_spec: dict[str, Any]) -> dict[str, Any]:
+def change(shapes: dict[str, LinkShape], topo_spec: dict[str, Any], *, cut: list[str] | None = None,
+           links_down: list[str] | None = None) -> dict[str, Any]:
     """Give this server's shapers new path shapes (``net set --cluster`` in shape mode), in place: the HTB and
     netem leaf by ``tc change`` (open connections see no gap), the userspace daemon by its own change (started
-    where a path gets its first delay or loss).  ``shapes``: destination DC -> the path's new shape.  Checked
+    where a path gets its first delay or loss).  ``shapes``: destination DC -> the path's new shape.  ``cut``:
+    every destination whose path crosses a downed link (``links_down``) after the change, or None for no
+    change: a newly cut one's shaper interface goes down (its packets are dropped as they leave; the route
+    that steers them there stays, so nothing leaks past the shaper), a restored one's comes up again.  Checked
     whole before the first is touched; returns each changed direction as ``net show`` reports it."""
     import traffic_control.netlink as tcnl
 
@@ -218,11 +222,16 @@ def change(shapes: dict[str, LinkShape], topo_spec: dict[str, Any]) -> dict[str,
     imp = rec.get("impairment") or {}
     backend, seed = imp.get("backend", "none"), imp.get("seed")
     egress = {e.dst_dc: e for e in plan.egress}
-    for dst, new in shapes.items():
+    for dst in [*shapes, *(cut or [])]:
         if dst not in egress:
             raise ValidationError("--cluster", f"{plan.server} shapes no path {plan.dc}->{dst}",
                                   f"its paths go to: {', '.join(egress)}")
+    for dst, new in shapes.items():
         check_change(backend, f"{plan.dc}->{dst}", new)
+    if set(cut or []) - set(rec.get("cut") or []) and _ignores_linkdown():
+        raise ValidationError("--down", f"{plan.server}: net.ipv4.conf.all.ignore_routes_with_linkdown is 1: a "
+                              "cut path's route would be ignored and its packets would leave unshaped, not dropped",
+                              "sysctl -w net.ipv4.conf.all.ignore_routes_with_linkdown=0 on that server")
     daemons = {d["ifname"]: d for d in rec.get("daemons", [])}
     for dst, new in shapes.items():
         inner, e = ns_ifname(dst), egress[dst]
@@ -240,13 +249,44 @@ def change(shapes: dict[str, LinkShape], topo_spec: dict[str, Any]) -> dict[str,
         for i, ed in enumerate(rec["shaping"]["egress"]):
             if ed["dst_dc"] == dst:
                 rec["shaping"]["egress"][i] = replace(e, shape=new).to_dict()
+    held = set(rec.get("cut") or [])
+    moved = set()
+    if cut is not None:
+        order = [e.dst_dc for e in plan.egress]
+        for dst in sorted(held ^ set(cut), key=order.index):
+            _set_cut(order.index(dst), egress[dst], dst in cut)
+        moved = held ^ set(cut)
+        rec["cut"] = [d for d in order if d in cut]
+    if links_down is not None:
+        rec["links_down"] = list(links_down)
     rec["daemons"] = list(daemons.values())
     rec["topology_spec"] = topo_spec
     state_path().write_text(json.dumps(rec, indent=2))
     from .show import shape_report
 
     links = (shape_report() or {}).get("links", {})
-    return {k: v for k, v in links.items() if k.split("->", 1)[1] in shapes}
+    return {k: v for k, v in links.items() if k.split("->", 1)[1] in set(shapes) | moved}
+
+
+def _ignores_linkdown() -> bool:
+    try:
+        return Path("/proc/sys/net/ipv4/conf/all/ignore_routes_with_linkdown").read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+def _set_cut(k: int, e: Any, cut: bool) -> None:
+    """Destination ``e`` (the ``k``-th of the plan) cut or restored: its shaper interface down or up.  Down,
+    the veth's root end loses its carrier and drops what is routed to it (table ``TABLE`` keeps the route:
+    a route over a carrier-less device stays usable unless ``ignore_routes_with_linkdown`` is set, which
+    :func:`change` refuses); up, the namespace's route back, which the kernel flushed, is put back."""
+    import traffic_control.netlink as tcnl
+
+    inner = ns_ifname(e.dst_dc)
+    tcnl.set_link_state(inner, not cut, netns=netns())
+    if not cut:
+        here, _ = _link_addresses(k)
+        _run(["ip", "-n", netns(), "route", "replace", f"{e.address}/32", "via", here, "dev", inner])
 
 
 def trainer_ifname(s: ServerShaping) -> str | None:
@@ -265,6 +305,11 @@ def _route_dev(address: str) -> str | None:
         return None
 
 
+def _link_addresses(k: int) -> tuple[str, str]:
+    """The ``k``-th destination's veth pair addresses: the root end's, the namespace end's."""
+    return f"{_LINK_NET}.{4 * k + 1}", f"{_LINK_NET}.{4 * k + 2}"
+
+
 def _build(s: ServerShaping) -> None:
     """The namespace, one veth pair per destination, the routes and rule that steer this machine's own
     traffic to the destinations through them, and the FORWARD accept for what comes back."""
@@ -275,14 +320,15 @@ def _build(s: ServerShaping) -> None:
     _sysctl("net.ipv4.conf.all.rp_filter", "0", ns)
     _run(["ip", "-n", ns, "link", "set", "lo", "up"])
     for k, e in enumerate(s.egress):
-        here, there = f"{_LINK_NET}.{4 * k + 1}", f"{_LINK_NET}.{4 * k + 2}"
+        here, there = _link_addresses(k)
         root, inner = root_ifname(e.dst_dc), ns_ifname(e.dst_dc)
         _run(["ip", "link", "add", root, "type", "veth", "peer", "name", inner, "netns", ns])
         mtu = str(max(e.shape.mtu, 1500))
         gso = [] if s.gso else ["gso_max_segs", "1"]  # wire-sized packets from the sockets, as emulate mode's hosts
         _run(["ip", "link", "set", root, "mtu", mtu, *gso])
         _run(["ip", "-n", ns, "link", "set", inner, "mtu", mtu, *gso])
-        for key, value in (("forwarding", "1"), ("accept_local", "1"), ("rp_filter", "0")):
+        for key, value in (("forwarding", "1"), ("accept_local", "1"), ("rp_filter", "0"),
+                           ("ignore_routes_with_linkdown", "0")):  # a cut path's route must hold (_set_cut)
             _sysctl(f"net.ipv4.conf.{root}.{key}", value)
         _sysctl(f"net.ipv4.conf.{inner}.send_redirects", "0", ns)
         _sysctl(f"net.ipv4.conf.{inner}.rp_filter", "0", ns)

@@ -290,19 +290,20 @@ class ClusterTrialNetwork:
     def impairment_health(self) -> list[dict[str, Any]]:
         return self._local.impairment_health() if self._local is not None else []
 
-    def play(self, events: Any) -> Any:
+    def play(self, events: Any, t0_ns: int | None = None) -> Any:
         """Play a link schedule across the servers (:mod:`.linkset`): each event goes to every server at once,
-        the launcher's part changed in this process; checked on paper before (``check_schedule``)."""
+        the launcher's part changed in this process; checked on paper before (``check_schedule``).  Event
+        times count from ``t0_ns`` (the trial's t0), not from when the agents are ready."""
         from testbed.network.emulation import check_schedule
-        from traffic_control.schedule import SchedulePlayer
+        from traffic_control.schedule import SchedulePlayer, origin_of
 
         from .linkset import Agent
 
         check_schedule(self.topo, events, self._local.impairment if self._local is not None else None)
         for server in self.scratch:  # every remote server's part-set agent, for the trial's length
             self._agents[server] = Agent(self.view.remote(server))
-        self._t_play = time.monotonic()
-        return SchedulePlayer(events, self.apply_event).start()
+        self._t_play = origin_of(t0_ns) or time.monotonic()
+        return SchedulePlayer(events, self.apply_event).start(self._t_play)
 
     def apply_event(self, event: Any) -> None:
         """One schedule event on every server; how long each took is kept for the manifest."""
@@ -314,8 +315,12 @@ class ClusterTrialNetwork:
         a, b = event.src, event.dst
         self.schedule_lag.append({"t_s": round(t - self._t_play, 3) if self._t_play else None, "link": f"{a}-{b}",
                                   "took_ms": {s: round(v * 1e3, 1) for s, v in out.took_s.items()}})
-        if event.state is not None:  # the supervisor's hint for a collective's timeout
-            key = f"{a}<->{b}"
+        self._note_state(event)
+
+    def _note_state(self, event: Any) -> None:
+        """A link down/up event kept: the supervisor's hint for a collective's timeout."""
+        if event.state is not None:
+            key = f"{event.src}<->{event.dst}"
             if event.state == "down":
                 self.links_down.setdefault(key, time.monotonic())
             else:
@@ -494,29 +499,36 @@ class ShapeTrialNetwork(ClusterTrialNetwork):
         p.trainer_pid = p.pid
         return p
 
-    def play(self, events: Any) -> Any:
+    def play(self, events: Any, t0_ns: int | None = None) -> Any:
         """Play a link schedule (:mod:`.shapeset`): every event planned and checked on paper first, against
-        each server's backend, then each sent to every server at once when its time comes."""
-        from traffic_control.schedule import SchedulePlayer
+        each server's backend, then each sent to every server at once when its time comes (counted from
+        ``t0_ns``, the trial's t0)."""
+        from traffic_control.schedule import SchedulePlayer, origin_of
 
+        from .linkset import Agent
         from .shapeset import paper_states, plan_schedule
 
         backends = {n: r.get("impairment") for n, r in self.report["servers"].items()}
         self._changes = plan_schedule(paper_states(self.topo, self.plans, backends), list(events))
-        self._t_play = time.monotonic()
-        return SchedulePlayer(events, self.apply_event).start()
+        for server in self.plans:  # every remote server's shape-set agent, for the trial's length
+            if server != self.cluster.launcher:
+                self._agents[server] = Agent(self.view.remote(server), ("cluster", "shape-set", "--serve"))
+        self._t_play = origin_of(t0_ns) or time.monotonic()
+        return SchedulePlayer(events, self.apply_event).start(self._t_play)
 
     def apply_event(self, event: Any) -> None:
         from .shapeset import apply_change
 
         change = self._changes.pop(0)  # the player calls in the schedule's order
         t = time.monotonic()
-        _, took = apply_change(self.cluster, change, list(self.plans))
+        _, took = apply_change(self.cluster, change, list(self.plans), self._agents)
         self.schedule_lag.append({"t_s": round(t - self._t_play, 3) if self._t_play else None,
                                   "link": f"{event.src}-{event.dst}",
                                   "took_ms": {s: round(v * 1e3, 1) for s, v in took.items()},
                                   "paths": sorted(f"{self.plans[n].dc}->{d}" for n, m in change.shapes.items()
-                                                  for d in m)})
+                                                  for d in m),
+                                  "cut": sorted(f"{self.plans[n].dc}->{d}" for n, c in change.cut.items() for d in c)})
+        self._note_state(event)
 
     def record(self) -> dict[str, Any]:
         out = super().record()

@@ -209,7 +209,7 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
             from ..network.cross_traffic import CrossTraffic
 
             cross = CrossTraffic(net, spec.cross_traffic, trial_dir, t0_ns=t0, seed=training["seed"], log=say).start()
-        player = net.play(spec.schedule) if spec.schedule else None
+        player = net.play(spec.schedule, t0_ns=t0) if spec.schedule else None  # its times count from t0
         spans = {job.name: events_path(trial_dir, job.host, job.role, job.rank) for job, _ in order}
         pids = {}
 

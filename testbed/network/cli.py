@@ -450,11 +450,8 @@ def _set_shape(cluster: Any, args: argparse.Namespace, dirs: list[tuple[str, str
     from testbed.cluster.shapeset import apply_everywhere as shape_everywhere
     from testbed.cluster.show import relays
 
-    if args.state is not None:
-        raise ValidationError(f"--{args.state}", "a link down or up is not built in shape mode yet (it would cut "
-                              "every path over it)", "use mode: emulate, or --loss 100%")
     try:
-        out = shape_everywhere(cluster, dirs, changes, log=_say)
+        out = shape_everywhere(cluster, dirs, changes, log=_say, state=args.state)
     except ValidationError as e:  # a shape field (its flag); a path it would break or a backend that cannot
         flag = bool(e.field) and "." not in (e.field or "") and "[" not in (e.field or "")  # give it: as named
         raise (as_flag_error(e) if flag else e) from None

@@ -842,12 +842,13 @@ class EmulatedNetwork:
         if event.state is not None:
             self.set_link_up(event.src, event.dst, event.state == "up")
 
-    def play(self, events: list[Any]) -> Any:
-        """Play a link schedule against this running network (background thread)."""
-        from traffic_control.schedule import SchedulePlayer
+    def play(self, events: list[Any], t0_ns: int | None = None) -> Any:
+        """Play a link schedule against this running network (background thread); event times count from
+        ``t0_ns`` (a trial's t0, the zero of its records) or from now."""
+        from traffic_control.schedule import SchedulePlayer, origin_of
 
         check_schedule(self.topo, events, self.impairment)
-        return SchedulePlayer(events, self.apply_event).start()
+        return SchedulePlayer(events, self.apply_event).start(origin_of(t0_ns))
 
     def set_link_up(self, a: str, b: str, up: bool) -> None:
         """Link down/up event: both router interfaces of link a-b."""

@@ -213,8 +213,8 @@ def test_a_hold_in_the_senders_own_namespace_is_throttled_the_shaper_is_not(stan
 def test_net_set_recomposes_every_path_over_the_link_on_both_servers(standins, tmp_path):
     """relay3 in shape mode (a on the launcher, c on the stand-in, b relays): a-b's delay 5 -> 12 ms moves the
     a<->c round trip 16 -> 30 ms, measured from both servers; b->c alone to 10 Mbit/s changes the launcher's
-    a->c shaper only; a change the paths or the backend cannot take, a link that is not there and --down are
-    refused (exit 2) with nothing changed."""
+    a->c shaper only; a change the paths or the backend cannot take and a link that is not there are refused
+    (exit 2) with nothing changed."""
     topo, cluster = files(standins, tmp_path)
     up = run_cli("net", "up", topo, "--cluster", cluster, timeout=300)
     try:
@@ -235,13 +235,59 @@ def test_net_set_recomposes_every_path_over_the_link_on_both_servers(standins, t
         shown = json.loads(run_cli("net", "show", "--cluster", cluster, "--json", timeout=120).stdout)
         assert {k: v["tc"]["shape"]["rate_bps"] for k, v in shown["links"].items()} == {"a->c": 10e6, "c->a": 20e6}
         before = shown["links"]
-        for argv, words in ((["a", "b", "--duplicate", "1%"], "duplicat"), (["a", "c", "--delay", "1ms"], "no link a-c"),
-                            (["a", "b", "--down"], "--down")):
+        for argv, words in ((["a", "b", "--duplicate", "1%"], "duplicat"), (["a", "c", "--delay", "1ms"], "no link a-c")):
             bad = run_cli("net", "set", *argv, "--cluster", cluster, timeout=120)
             assert bad.returncode == 2 and words in bad.stderr, (argv, bad.stderr)
         after = json.loads(run_cli("net", "show", "--cluster", cluster, "--json", timeout=120).stdout)["links"]
         assert {k: v["tc"]["shape"] for k, v in after.items()} == {k: v["tc"]["shape"] for k, v in before.items()}
         assert 30 <= ping_ms() <= 32.5
+    finally:
+        down = run_cli("net", "down", "--cluster", cluster, timeout=120)
+    assert down.returncode == 0, down.stderr
+    nothing_left(standins)
+
+
+def loss_pct(ping_stdout: str) -> float:
+    return float(ping_stdout.split("% packet loss")[0].rsplit(" ", 1)[-1])
+
+
+def ping_loss_pct() -> float:
+    r = subprocess.run(["ping", "-n", "-c", "20", "-i", "0.05", "-W", "1", S2], capture_output=True, text=True,
+                       timeout=60)
+    return loss_pct(r.stdout)
+
+
+def test_a_link_down_cuts_every_path_over_it_on_both_servers_and_up_restores_it(standins, tmp_path):
+    """relay3 in shape mode: a-b down cuts a->c (the launcher's shaper) and c->a (the stand-in's): every ping
+    either way is lost, none leaks past the shaper by the servers' own network; a delay change made while it is
+    down is taken; up restores both paths with the new delay.  The testbed's own ssh keeps working throughout
+    (net show --cluster answers from both servers)."""
+    topo, cluster = files(standins, tmp_path)
+    up = run_cli("net", "up", topo, "--cluster", cluster, timeout=300)
+    try:
+        assert up.returncode == 0, up.stderr[-3000:]
+        assert 16 <= ping_ms() <= 18.5
+        dn = run_cli("net", "set", "a", "b", "--down", "--cluster", cluster, timeout=120)
+        assert dn.returncode == 0, dn.stdout + dn.stderr
+        assert "a->c (s1 via b): 30Mbit, delay 8ms" in dn.stdout and "DOWN" in dn.stdout, dn.stdout
+        assert "c->a (s2 via b)" in dn.stdout, dn.stdout
+        here, there = ping_loss_pct(), loss_pct(on_s2(standins, f"ping -n -c 20 -i 0.05 -W 1 {SUBNET}.1").stdout)
+        print(f"\nMEASURED shape mode a-b down: ping a->c lost {here:g}% from the launcher, {there:g}% from the "
+              "stand-in")
+        assert here == 100.0 and there == 100.0, (here, there)
+        shown = run_cli("net", "show", "--cluster", cluster, "--json", timeout=120)
+        links = json.loads(shown.stdout)["links"]
+        assert {k: v["link"]["admin_up"] for k, v in links.items()} == {"a->c": False, "c->a": False}, links
+        st = run_cli("net", "set", "a", "b", "--delay", "8ms", "--cluster", cluster, timeout=120)
+        assert st.returncode == 0 and "a->c (s1 via b): 30Mbit, delay 11ms" in st.stdout, st.stdout + st.stderr
+        assert ping_loss_pct() == 100.0  # still cut
+        back = run_cli("net", "set", "a", "b", "--up", "--cluster", cluster, timeout=120)
+        assert back.returncode == 0 and "DOWN" not in back.stdout, back.stdout + back.stderr
+        here = ping_ms(count=20)
+        there = min_rtt_ms(on_s2(standins, f"ping -n -c 20 -i 0.05 {SUBNET}.1").stdout)
+        print(f"MEASURED after up (a-b now 8 ms): a<->c min RTT {here:.2f} ms launcher, {there:.2f} ms stand-in "
+              "(spec 22)")
+        assert 22 <= here <= 24.5 and 22 <= there <= 24.5, (here, there)
     finally:
         down = run_cli("net", "down", "--cluster", cluster, timeout=120)
     assert down.returncode == 0, down.stderr

@@ -184,7 +184,7 @@ def test_a_wan_link_that_goes_down_and_stays_down_times_out_and_is_named(tmp_pat
         trial = _wait_training(tmp_path / "results")
         rc, _, err, _ = _finish(p, 120)
     m = _manifest(trial)
-    down_at = m["start"] + 25  # the schedule's clock starts with the trial's network, before start is noted
+    down_at = m["t0_ns"] / 1e9 + 25  # a schedule's times count from the trial's t0, as its records do
     noticed = m["end"] - down_at
     _failed("WAN link down for good", rc, err, m, noticed)
     assert "WAN link down at the time: a<->b" in m["reason"], m["reason"]

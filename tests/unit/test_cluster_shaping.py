@@ -172,7 +172,37 @@ def test_a_schedule_in_shape_mode_is_planned_whole_each_event_from_the_last():
     assert first.shapes["s1"]["c"].delay_s == pytest.approx(0.013)
     # the second event starts from the first: the path keeps its 13 ms and takes the new rate
     assert second.shapes["s1"]["c"].delay_s == pytest.approx(0.013) and second.shapes["s1"]["c"].rate_bps == 20e6
-    down = parse_schedule("time,link,rate,delay,jitter,loss,state\n3,a-b,,10ms,,,\n4,a-b,,,,,down\n")
-    with pytest.raises(ValidationError) as e:
-        plan_schedule(paper_states(topo, plan(topo, cluster(2))), down)
-    assert e.value.field == "schedule[1].state"
+    down = parse_schedule("time,link,rate,delay,jitter,loss,state\n3,a-b,,10ms,,,\n4,a-b,,,,,down\n"
+                          "5,b-c,,,,,down\n6,a-b,,4ms,,,up\n7,b-c,,,,,up\n")
+    steps = plan_schedule(paper_states(topo, plan(topo, cluster(2))), down)
+    assert [sorted(s.links_down) for s in steps] == [[], ["a<->b"], ["a<->b", "b<->c"], ["b<->c"], []]
+    # a path stays cut while any link on its route is down, and keeps taking the changes made meanwhile
+    assert [s.cut for s in steps] == [{"s1": [], "s2": []}] + [{"s1": ["c"], "s2": ["a"]}] * 3 + [
+        {"s1": [], "s2": []}]
+    assert steps[3].shapes["s1"]["c"].delay_s == pytest.approx(0.007)
+    with pytest.raises(ValidationError) as e:  # a link the topology lacks, named
+        plan_schedule(paper_states(topo, plan(topo, cluster(2))),
+                      parse_schedule("time,link,rate,delay,jitter,loss,state\n3,a-c,,,,,down\n"))
+    assert e.value.field == "schedule[0]" and "no link a-c" in str(e.value)
+
+
+def test_a_link_down_cuts_only_the_paths_whose_routes_cross_it():
+    """A triangle whose a-c link the routes bypass (a->c goes over b, the cheaper way): a-c down cuts nothing;
+    a-b down cuts a<->c and a<->b both ways, and b's own paths to c stay up.  The payload carries each
+    server's whole cut set."""
+    from testbed.cluster.shapeset import crosses, paper_states, plan_change
+
+    tri = topology({"name": "t", "dcs": ["a", "b", "c"],
+                    "links": [{"a": "a", "b": "b", "rate": "40Mbit", "delay": "2ms"},
+                              {"a": "b", "b": "c", "rate": "40Mbit", "delay": "2ms"},
+                              {"a": "a", "b": "c", "rate": "40Mbit", "delay": "50ms"}]})
+    states = paper_states(tri, plan(tri, cluster(3)))
+    assert {e["dst_dc"]: tuple(e["path"]) for e in states["s1"]["shaping"]["egress"]}["c"] == ("a", "b", "c")
+    bypassed = plan_change(states, [("c", "a"), ("a", "c")], {}, "down")
+    assert bypassed.links_down == ("a<->c",) and not bypassed.shapes
+    assert bypassed.cut == {"s1": [], "s2": [], "s3": []}
+    cut = plan_change(states, [("b", "a"), ("a", "b")], {}, "down")
+    assert cut.links_down == ("a<->b",)
+    assert cut.cut == {"s1": ["b", "c"], "s2": ["a"], "s3": ["a"]}
+    assert json.loads(cut.payload("s2"))["cut"] == ["a"] and json.loads(cut.payload("s2"))["links_down"] == ["a<->b"]
+    assert crosses(("c", "b", "a"), ["a<->b"]) and not crosses(("c", "b"), ["a<->b"])
