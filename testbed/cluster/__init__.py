@@ -28,8 +28,7 @@ Layers, each its own module:
 
 Built so far: the cluster file, placement, reachability and clock checks (``testbed cluster place | check``);
 both modes' networks (``testbed net up | down | show | verify --cluster``), trials and sweeps across them (``testbed
-run | sweep --cluster``) with every server sampled; ``net set --cluster`` and link schedules in both modes,
-cross traffic across servers in emulate mode; automatic placement by nodes per core.  Docker hosts across
-servers, and cross traffic and link down/up in shape mode, are refused; the README's "Several servers"
-section says what is and is not there.
+run | sweep --cluster``) with every server sampled; ``net set --cluster`` (link down/up too) and link schedules
+in both modes, cross traffic across servers in both modes; automatic placement by nodes per core.  Docker hosts
+across servers are refused; the README's "Several servers" section says what is and is not there.
 """

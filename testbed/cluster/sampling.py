@@ -50,11 +50,14 @@ def link_targets() -> list[Any]:
 
 def shape_tcp_target(server: str, shaping: dict[str, Any]) -> Any:
     """Shape mode's one TCP target: the server's own namespace, connections between the cluster's trainer
-    addresses only, the testbed's ssh ports left out."""
+    addresses only, the testbed's ssh ports and cross traffic's port left out (cross traffic runs on the
+    servers themselves in shape mode; its own records say how it fared)."""
     from ..collect.tcp_sampler import TcpTarget
+    from ..network.cross_traffic import PORT
 
     addresses = frozenset([shaping["address"], *(e["address"] for e in shaping["egress"])])
-    return TcpTarget(server, None, addresses, frozenset(int(p) for p in shaping.get("control_ports", (22,))))
+    return TcpTarget(server, None, addresses,
+                     frozenset([*(int(p) for p in shaping.get("control_ports", (22,))), PORT]))
 
 
 def tcp_targets(server: str) -> list[Any]:

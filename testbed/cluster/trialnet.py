@@ -19,8 +19,9 @@ servers (emulate mode, :mod:`.launch`), so a trial across servers is the same tr
 Samplers (links, TCP, processes) and the CPU-saturation watch run on every server: the launcher's as on one
 machine, every other server's by ``testbed cluster sample`` over ssh (:mod:`.sampling`), their rows merged
 into the trial's files at ``stop``.  A link schedule's events go to every server at once (:mod:`.linkset` in
-emulate mode, :mod:`.shapeset` in shape mode).  Docker hosts, and cross traffic in shape mode, are refused before anything is
-built.
+emulate mode, :mod:`.shapeset` in shape mode).  Cross traffic runs between endpoints on the DCs' servers (emulate
+mode: temporary nodes on their LANs; shape mode: the servers themselves).  Docker hosts are refused before
+anything is built.
 """
 
 from __future__ import annotations
@@ -68,10 +69,16 @@ def refuse_unsupported(spec: Any, cluster: Cluster) -> None:
         from .shapeset import paper_states, plan_schedule
 
         plan_schedule(paper_states(spec.topology, shaping.plan(spec.topology, cluster)), list(spec.schedule))
-    if spec.cross_traffic and cluster.mode == "shape":
-        raise ValidationError("cross_traffic", "cross traffic in shape mode is not built yet (there is no "
-                              "emulated LAN to put its endpoints on)",
-                              "drop cross_traffic, use mode: emulate, or run on one machine")
+    if spec.cross_traffic and cluster.mode == "shape":  # a flow starts and ends on a server
+        from .shaping import trainer_dcs
+
+        served = trainer_dcs(spec.topology)
+        for i, f in enumerate(spec.cross_traffic):
+            for key, dc in (("from", f.src), ("to", f.dst)):
+                if dc not in served:
+                    raise ValidationError(f"cross_traffic[{i}].{key}", f"DC {dc} has no server in shape mode "
+                                          "(no hosts: a relay), so no flow can start or end there",
+                                          f"use a DC with hosts ({', '.join(served)}), or mode: emulate")
 
 
 class ClusterTrialNetwork:
@@ -498,6 +505,19 @@ class ShapeTrialNetwork(ClusterTrialNetwork):
         p = self.view.popen(node, argv, env=env, **kw)
         p.trainer_pid = p.pid
         return p
+
+    # ---------------------------------------------------------- cross traffic
+    def add_endpoint(self, dc: str, name: str, host_octet: int, ovs_port: int, as_host: bool = False) -> str:
+        """Cross traffic's endpoint in ``dc``: the DC's server itself (there is no LAN to add a node to), so
+        its flows leave through the same shaper as the trainers' and compete with them on their paths."""
+        self.view.hosts[name] = self.assignment[dc]
+        return name
+
+    def remove_endpoint(self, name: str, ovs_port: int) -> None:
+        self.view.hosts.pop(name, None)
+
+    def endpoint_ip(self, dc: str, host_octet: int) -> str:
+        return self.plans[self.assignment[dc]].address
 
     def play(self, events: Any, t0_ns: int | None = None) -> Any:
         """Play a link schedule (:mod:`.shapeset`): every event planned and checked on paper first, against

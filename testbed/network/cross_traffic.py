@@ -240,9 +240,14 @@ class CrossTraffic:
         self.errors: list[str] = []
 
     # ------------------------------------------------------------------ run
-    def start(self) -> CrossTraffic:
+    def _ip(self, dc: str) -> str:
+        """The address of ``dc``'s endpoint (shape mode across servers: the DC's server's own)."""
         from .endpoints import endpoint_ip
 
+        own = getattr(self.net, "endpoint_ip", None)
+        return own(dc, ENDPOINT_HOST) if own is not None else endpoint_ip(self.net, dc, ENDPOINT_HOST)
+
+    def start(self) -> CrossTraffic:
         (self.out_dir / "samples").mkdir(parents=True, exist_ok=True)
         dcs = sorted({f.src for f in self.flows} | {f.dst for f in self.flows})
         try:
@@ -251,14 +256,13 @@ class CrossTraffic:
                                                              ENDPOINT_OVS_PORT, as_host=True))
             labels = [f.label for f in self.flows]
             for dc in sorted({f.dst for f in self.flows}):
-                ip = endpoint_ip(self.net, dc, ENDPOINT_HOST)
-                self._spawn(dc, "sink", ["--bind", ip, "--flows", json.dumps(labels)])
+                self._spawn(dc, "sink", ["--bind", self._ip(dc), "--flows", json.dumps(labels)])
             for dc in sorted({f.src for f in self.flows}):
                 mine = [{"index": i, "flow": f.to_dict()} for i, f in enumerate(self.flows) if f.src == dc]
                 dsts = {f.dst for f in self.flows if f.src == dc}
                 for dst in sorted(dsts):  # one sender per (source, destination): --dst is one address
                     part = [m for m in mine if m["flow"]["dst"] == dst]
-                    self._spawn(dc, f"send-{dst}", ["--dst", endpoint_ip(self.net, dst, ENDPOINT_HOST),
+                    self._spawn(dc, f"send-{dst}", ["--dst", self._ip(dst),
                                                     "--flows", json.dumps(part),
                                                     "--t0-ns", str(self.t0_ns + self._offset(dc)),
                                                     "--seed", str(self.seed), "--mtu", str(self._mtu(dc, dst))])

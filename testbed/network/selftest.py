@@ -194,6 +194,25 @@ def link_rtts(net: Any, applied: bool) -> list[Check]:
 
 def _rate(net: Any, subject: str, s_node: str, d_node: str, d_ip: str, rate_bps: float, burst_bytes: int,
           one_way_s: float) -> Check:
+    """One direction's rate train; a failing train runs once more and the reading nearer the spec counts.
+    A short train's windows read a CPU stall of its receiver as a rate off by a few percent (a shape-mode
+    c->a once read x1.038 against the 1.03 bar, the shaper's HTB at exactly 20 Mbit/s); a link that is really
+    wrong fails twice.  The same rule as the one-way delay trains' (``delay_check``)."""
+    first = _rate_once(net, subject, s_node, d_node, d_ip, rate_bps, burst_bytes, one_way_s)
+    if first.status != "fail":
+        return first
+    again = _rate_once(net, subject, s_node, d_node, d_ip, rate_bps, burst_bytes, one_way_s)
+
+    def off(c: Check) -> float:
+        return abs(math.log(c.measured / rate_bps)) if c.measured else math.inf
+
+    best = again if again.status != "fail" or off(again) < off(first) else first
+    best.extra.update(attempts=2, first_attempt_failed=True, first_ratio=first.extra.get("ratio"))
+    return best
+
+
+def _rate_once(net: Any, subject: str, s_node: str, d_node: str, d_ip: str, rate_bps: float, burst_bytes: int,
+               one_way_s: float) -> Check:
     seconds = max(TRAIN_S, TRAIN_MIN_FRAMES * FRAME_BYTES * 8 / (rate_bps * OVERDRIVE))
     burst_pkts = math.ceil(1.5 * burst_bytes / FRAME_BYTES) + 2
     tol = (f"{GOODPUT_MIN_RATIO} <= measured/spec <= {RATE_MAX_RATIO} ({seconds:.2g} s UDP train at "

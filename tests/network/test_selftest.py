@@ -72,6 +72,7 @@ def test_a_rate_changed_behind_the_testbeds_back_is_caught(net, factor):
     assert {(c.kind, c.subject) for c in st.checks if c.status == "fail"} == {
         ("link_rate", f"{w.a}->{w.b}"), ("queue_limit", f"{w.a}->{w.b}")}, [(c.subject, c.status) for c in st.checks]
     bad = [c for c in st.checks if c.status == "fail" and c.kind == "link_rate"]
+    assert bad[0].extra["attempts"] == 2  # a wrong link fails its retry too
     if factor < 1:
         assert bad[0].measured == pytest.approx(w.forward.rate_bps * factor, rel=0.05)
     else:  # the train is sent at 1.25 x the spec: that is what an over-fast link passes
