@@ -40,6 +40,8 @@ def cmd_place(args: argparse.Namespace) -> int:
         gpus = "" if not p.gpus.get(s.name) else f", {p.gpus[s.name]} GPUs"
         mark = " (launcher)" if s.name == cluster.launcher else ""
         cores = f" on {p.cpus[s.name]} cores" if s.name in p.cpus else ""
+        if s.name in p.free and p.free[s.name] < p.cpus[s.name]:
+            cores += f" ({p.free[s.name]:g} free of other jobs)"
         print(f"  {s.name:<{width}}  {p.loads[s.name]:>3}{room} nodes{cores}{gpus}: {', '.join(dcs) or '-'}{mark}")
     if p.cut:
         print(f"  WAN links between servers (tunnels): {', '.join(f'{a}-{b}' for a, b in p.cut)} "
@@ -235,8 +237,9 @@ def register(sub: Any) -> None:
     pl.add_argument("--cluster", required=True, help="the cluster file (YAML/JSON: servers:, placement:, mode:)")
     pl.add_argument("--json", action="store_true", help="print the placement as JSON")
     pl.add_argument("--measure", action="store_true", help="ask every server whose cpus: the file leaves out for "
-                                                           "its cores over ssh (as net up does), and balance nodes "
-                                                           "per core")
+                                                           "its cores and how busy other jobs keep them (1 s of "
+                                                           "/proc/stat, over ssh, as net up does), and balance "
+                                                           "nodes per free core")
     pl.set_defaults(func=cmd_place)
     ck = csub.add_parser("check", help="reach every server over ssh: login, root, Python, the testbed's checkout, "
                                       "and its clock offset from this machine (exit 1 when a server fails)")

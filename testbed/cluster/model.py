@@ -26,6 +26,8 @@ _SERVER_NAME = r"^[a-z][a-z0-9-]{0,30}$"
 #: an IPv4/IPv6 address or a DNS name (what ssh accepts as a host)
 _ADDRESS = r"^[A-Za-z0-9][A-Za-z0-9.:_-]*$"
 _USER = r"^[a-z_][a-z0-9_.-]{0,31}$"
+#: The least a measured server counts for in an automatic placement, in cores (:attr:`Server.free`).
+MIN_FREE = 0.1
 
 
 class ServerSpec(SpecModel):
@@ -88,6 +90,17 @@ class Server:
     gpus: int | None = None
     max_hosts: int | None = None
     cpus: int | None = None
+    #: cores' worth of CPU other jobs used there when its cores were measured (testbed.cluster.capacity); None
+    #: where not measured (a given ``cpus:`` is the testbed's alone)
+    busy: float | None = None
+
+    @property
+    def free(self) -> float | None:
+        """The cores an automatic placement weighs this server by: its cores less other jobs' use, at least
+        :data:`MIN_FREE` of a core (a busy server still takes a DC when nothing else fits, last)."""
+        if self.cpus is None:
+            return None
+        return max(round(self.cpus - (self.busy or 0.0), 1), MIN_FREE)
 
     @property
     def target(self) -> str:
@@ -115,11 +128,14 @@ class Cluster:
     def names(self) -> list[str]:
         return [s.name for s in self.servers]
 
-    def with_cpus(self, cpus: dict[str, int]) -> Cluster:
-        """The same cluster with these servers' cores filled in (measured ones: testbed.cluster.capacity)."""
+    def with_cpus(self, cpus: dict[str, int], busy: dict[str, float] | None = None) -> Cluster:
+        """The same cluster with these servers' cores (and other jobs' use of them) filled in, as measured
+        (testbed.cluster.capacity)."""
         from dataclasses import replace
 
-        return replace(self, servers=tuple(replace(s, cpus=cpus.get(s.name, s.cpus)) for s in self.servers))
+        busy = busy or {}
+        return replace(self, servers=tuple(replace(s, cpus=cpus.get(s.name, s.cpus), busy=busy.get(s.name, s.busy))
+                                           for s in self.servers))
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "launcher": self.launcher,

@@ -6,9 +6,9 @@ there is one), since on a shared machine each node's processes take their share 
 
 Automatic placement minimizes, in this order:
 
-1. the largest load of any server per core (the emulation's fidelity is bounded by its busiest machine; a
-   server's cores are ``servers[].cpus``, or measured, :mod:`.capacity`; where any server's are unknown, every
-   server counts as one core, so loads are compared in nodes);
+1. the largest load of any server per free core (the emulation's fidelity is bounded by its busiest machine; a
+   server's cores are ``servers[].cpus``, or measured, less what other jobs use of them, :mod:`.capacity`;
+   where any server's are unknown, every server counts as one core, so loads are compared in nodes);
 2. the number of WAN links between servers (each becomes a tunnel, with its encapsulation overhead);
 3. the bandwidth of those links (a slow link cut costs less than a fast one);
 
@@ -62,10 +62,12 @@ class Placement:
     optimal: bool = True
     searched: int = 0
     gpus: dict[str, int] = field(default_factory=dict)  # server -> GPUs asked for
-    cpus: dict[str, int] = field(default_factory=dict)  # server -> cores the loads were weighed by (all known)
+    cpus: dict[str, int] = field(default_factory=dict)  # server -> its cores (all known, else empty)
+    free: dict[str, float] = field(default_factory=dict)  # server -> the cores the loads were weighed by
 
     def per_core(self, server: str) -> float | None:
-        return self.loads[server] / self.cpus[server] if server in self.cpus else None
+        """Nodes per free core (the cores less other jobs' use, where measured)."""
+        return self.loads[server] / self.free[server] if server in self.free else None
 
     def dcs_on(self, server: str) -> list[str]:
         return [dc for dc, s in self.assignment.items() if s == server]
@@ -74,7 +76,8 @@ class Placement:
         return {"assignment": dict(self.assignment), "loads": dict(self.loads), "gpus": dict(self.gpus),
                 "tunnels": [list(c) for c in self.cut], "tunnel_rate_bps": self.cut_rate_bps,
                 "automatic": self.automatic, "optimal": self.optimal, "searched": self.searched,
-                "cpus": dict(self.cpus), "nodes_per_core": {s: self.per_core(s) for s in self.cpus}}
+                "cpus": dict(self.cpus), "free_cpus": dict(self.free),
+                "nodes_per_core": {s: self.per_core(s) for s in self.free}}
 
 
 def cores(cluster: Cluster) -> dict[str, int]:
@@ -84,7 +87,15 @@ def cores(cluster: Cluster) -> dict[str, int]:
     return {s.name: int(s.cpus) for s in cluster.servers if s.cpus is not None}
 
 
-def _gpu_fits(server: Server, used: int, topo: Topology) -> bool:
+def free_cores(cluster: Cluster) -> dict[str, Fraction]:
+    """What each server is weighed by: its cores less other jobs' use (``Server.free``), when every server's
+    cores are known, else {}."""
+    if not cores(cluster):
+        return {}
+    return {s.name: Fraction(str(s.free)) for s in cluster.servers}
+
+
+def gpu_fits(server: Server, used: int, topo: Topology) -> bool:
     return server.gpus is None or topo.gpu_sharing or used <= server.gpus
 
 
@@ -99,7 +110,8 @@ def _result(topo: Topology, cluster: Cluster, assignment: dict[str, str], automa
     cut = tuple((lk.a, lk.b) for lk in topo.links if assignment[lk.a] != assignment[lk.b])
     rate = sum(lk.forward.rate_bps + lk.reverse.rate_bps for lk in topo.links if assignment[lk.a] != assignment[lk.b])
     ordered = {d.name: assignment[d.name] for d in topo.dcs}
-    return Placement(ordered, loads, cut, rate, automatic, optimal, searched, used, cores(cluster))
+    return Placement(ordered, loads, cut, rate, automatic, optimal, searched, used, cores(cluster),
+                     {s: float(v) for s, v in free_cores(cluster).items()})
 
 
 def _check_given(topo: Topology, cluster: Cluster, given: dict[str, str]) -> dict[str, str]:
@@ -121,7 +133,7 @@ def _check_given(topo: Topology, cluster: Cluster, given: dict[str, str]) -> dic
                                   f"({', '.join(f'{dc}: {nodes[dc]}' for dc in mine)}), over its max_hosts "
                                   f"{s.max_hosts}", "move a DC to another server, or raise max_hosts")
         want = sum(gpus[dc] for dc in mine)
-        if not _gpu_fits(s, want, topo):
+        if not gpu_fits(s, want, topo):
             raise ValidationError(f"placement.{mine[-1]}", f"server {s.name!r} has {s.gpus} GPUs; its DCs ask for "
                                   f"{want}", "move a DC to another server, lower gpus:, or set gpu_sharing: true")
     return given
@@ -131,7 +143,7 @@ def _search(topo: Topology, cluster: Cluster) -> tuple[dict[str, str] | None, bo
     nodes, gpus = dc_nodes(topo), dc_gpus(topo)
     order = sorted(topo.dc_names, key=lambda dc: (-nodes[dc], topo.dc_names.index(dc)))
     servers = list(cluster.servers)
-    cap = cores(cluster) or {s.name: 1 for s in servers}
+    cap = free_cores(cluster) or {s.name: Fraction(1) for s in servers}
     neighbours: dict[str, list[tuple[str, float]]] = {dc: [] for dc in order}
     for lk in topo.links:
         r = lk.forward.rate_bps + lk.reverse.rate_bps
@@ -167,7 +179,7 @@ def _search(topo: Topology, cluster: Cluster) -> tuple[dict[str, str] | None, bo
                 tried_empty.add(kind)
             if s.max_hosts is not None and load[s.name] + nodes[dc] > s.max_hosts:
                 continue
-            if not _gpu_fits(s, used[s.name] + gpus[dc], topo):
+            if not gpu_fits(s, used[s.name] + gpus[dc], topo):
                 continue
             add_n = add_r = 0.0
             for n, r in neighbours[dc]:

@@ -66,8 +66,9 @@ def test_check_reaches_every_server_and_measures_its_clock(standins, tmp_path):
 
 
 def test_place_measure_asks_each_servers_cores_and_balances_nodes_per_core(standins, tmp_path):
-    """s2's sshd is pinned to one core (so is everything it runs, nproc included), s3 and the launcher have the
-    machine's: asked over ssh, s2 gets the smallest share of geo_wan's nodes; without --measure, nodes."""
+    """s2's sshd is pinned to one core (so is everything it runs, its CPU probe included), s3 and the launcher
+    have the machine's: asked over ssh, s2 gets the smallest share of geo_wan's nodes; without --measure, nodes.
+    With another job keeping s2's core busy, s2 gets less than it did."""
     import os
 
     here = len(os.sched_getaffinity(0))
@@ -81,7 +82,25 @@ def test_place_measure_asks_each_servers_cores_and_balances_nodes_per_core(stand
         assert out["loads"]["s2"] < min(out["loads"]["s1"], out["loads"]["s3"]), out["loads"]
     plain = run_cli("cluster", "place", "geo_wan", "--cluster", f, timeout=60)
     assert plain.returncode == 0 and "balanced in nodes: not every server's cores are known" in plain.stdout
-    print(f"MEASURED cluster place --measure: cores {out['cpus']}, geo_wan nodes {out['loads']}")
+    print(f"MEASURED cluster place --measure: cores {out['cpus']}, free {out['free_cpus']}, geo_wan nodes "
+          f"{out['loads']}")
+    if here < 2:
+        return
+    # another job keeps s2's one core busy (a busy loop pinned there): s2 now counts for a tenth of a core
+    hog = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(1.0)
+        r = run_cli("cluster", "place", "geo_wan", "--cluster", f, "--measure", "--json", timeout=120)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert r.returncode == 0, r.stdout + r.stderr
+    busy = json.loads(r.stdout)
+    print(f"MEASURED with a job hogging s2's core: free {busy['free_cpus']}, geo_wan nodes {busy['loads']}; "
+          f"{r.stderr.strip().splitlines()[-1]}")
+    assert busy["cpus"] == out["cpus"] and busy["free_cpus"]["s2"] <= 0.3, busy
+    assert "busy with other jobs" in r.stderr
+    assert busy["loads"]["s2"] < out["loads"]["s2"], (busy["loads"], out["loads"])
 
 
 def test_a_server_without_sshd_fails_clearly_and_the_rest_is_checked(standins, tmp_path):

@@ -153,6 +153,39 @@ def test_a_server_with_more_cores_carries_more_nodes_and_unknown_cores_compare_n
     assert measured.loads["s1"] > 2 * measured.loads["s2"]
 
 
+def test_other_jobs_load_weighs_like_fewer_cores():
+    """Two 12-core servers, one with 8 cores' worth of someone else's job: placed like 12 and 4 free cores;
+    a server kept fully busy counts for a tenth of a core and takes nothing while the rest has room."""
+    topo = load("geo_wan")
+    idle = place(topo, from_dict({"servers": servers(2)}).with_cpus({"s1": 12, "s2": 12}, {"s1": 0.1, "s2": 0.0}))
+    assert abs(idle.loads["s1"] - idle.loads["s2"]) <= max(dc_nodes(topo).values())
+    busy = place(topo, from_dict({"servers": servers(2)}).with_cpus({"s1": 12, "s2": 12}, {"s2": 8.0}))
+    assert busy.cpus == {"s1": 12, "s2": 12} and busy.free == {"s1": 12.0, "s2": 4.0}, busy
+    assert busy.loads["s1"] > 2 * busy.loads["s2"], busy.loads
+    assert busy.to_dict()["nodes_per_core"]["s2"] == pytest.approx(busy.loads["s2"] / 4, abs=1e-3)
+    full = place(topo, from_dict({"servers": servers(3)}).with_cpus({"s1": 4, "s2": 4, "s3": 4},
+                                                                   {"s1": 0.2, "s2": 4.0, "s3": 0.3}))
+    assert full.free["s2"] == 0.1 and full.loads["s2"] == 0, full.loads
+
+
+def test_the_cpu_probe_counts_only_the_allowed_cores():
+    from testbed.cluster.capacity import cpu_list, parse, probe_here
+
+    assert cpu_list("0-3,6") == {0, 1, 2, 3, 6} and cpu_list("5") == {5}
+    text = ("Cpus_allowed_list:\t1-2\n"
+            "cpu0 100 0 100 800 0 0 0 0 0 0\ncpu1 100 0 0 900 0 0 0 0 0 0\ncpu2 0 0 0 1000 0 0 0 0 0 0\n--\n"
+            # cpu0 busy throughout (not allowed: not counted); cpu1 fully busy; cpu2 a quarter busy, a quarter iowait
+            "cpu0 200 0 200 800 0 0 0 0 0 0\ncpu1 200 0 0 900 0 0 0 0 0 0\ncpu2 10 0 15 1050 25 0 0 0 0 0\n")
+    load = parse(text)
+    assert load.cores == 2 and load.busy == pytest.approx(1.25)
+    with pytest.raises(ValueError):
+        parse("bash: grep: not found")
+    here = probe_here(window_s=0.2)  # the real probe on this machine: every allowed core, a sane share busy
+    import os
+
+    assert here.cores == len(os.sched_getaffinity(0)) and 0 <= here.busy <= here.cores + 0.05, here
+
+
 def test_cli_place_prints_and_refuses(tmp_path):
     f = tmp_path / "cluster.yaml"
     f.write_text(yaml.safe_dump({"servers": servers(2)}))
