@@ -62,6 +62,18 @@ def cli_env() -> dict[str, str]:
     return env
 
 
+def fake_gpus(bin_dir: Path, count: int) -> Path:
+    """A stand-in ``nvidia-smi`` in ``bin_dir`` that lists ``count`` devices, answering the one query the
+    testbed makes (``testbed.network.gpus.machine_gpus``); ``bin_dir``, to go first on a PATH.  (No GPU here:
+    what it stands in for is which devices each server has, so that each server's assignment can be seen.)"""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    rows = "".join(f"echo '{i}, Stand-in GPU {i}, 16384'\n" for i in range(count))
+    smi.write_text(f"#!/bin/sh\ncase \"$*\" in *--query-gpu=index,name,memory.total*) ;; *) exit 9;; esac\n{rows}")
+    smi.chmod(0o755)
+    return bin_dir
+
+
 def run_cli(*args: str, timeout: float = 120, check: bool = False) -> subprocess.CompletedProcess[str]:
     """``python -m testbed.cli ARGS`` from the repository root; stdout and stderr captured."""
     r = subprocess.run([sys.executable, "-m", "testbed.cli", *args], cwd=REPO, env=cli_env(),

@@ -251,7 +251,8 @@ def part_report(net: Any) -> dict[str, Any]:
     imp = net.impairment
     return {"dcs": list(net.part.dcs) if net.part else [], "nodes": len(net.plan.nodes),
             "tunnels": len(net.plan.tunnels), "impairment": imp.backend if imp else None,
-            "skipped": list(imp.skipped) if imp else [], "up_s": net.timings.get("up_s")}
+            "skipped": list(imp.skipped) if imp else [], "up_s": net.timings.get("up_s"),
+            "gpus": {n: list(d) for n, d in net.gpu_assignment.items()}}
 
 
 def down(cluster: Cluster, *, only: list[str] | None = None,

@@ -126,6 +126,19 @@ def check_machine(s: ServerShaping) -> None:
                                   "lower the links' mtu to the servers' network, or raise that network's MTU")
 
 
+def gpu_assignment(topo: Topology, s: ServerShaping) -> dict[str, tuple[int, ...]]:
+    """This server's GPUs per trainer host of its DC (``gpus:``; testbed.network.gpus), from its own devices:
+    the launcher gives each trainer its own (CUDA_VISIBLE_DEVICES).  ValidationError naming ``dcs[i].gpus``
+    when this server has too few."""
+    from ..network import gpus
+    from ..network.addressing import plan_network
+
+    if not gpus.wanted(topo):
+        return {}
+    hosts = [(n.name, n.dc) for n in plan_network(topo).nodes.values() if n.role == "host" and n.dc == s.dc]
+    return gpus.assign(topo, hosts, len(gpus.machine_gpus()))
+
+
 def _nic_mtu(address: str) -> int | None:
     dev = _route_dev(address)
     try:
@@ -143,6 +156,7 @@ def up(topo: Topology, s: ServerShaping, *, impairment: str = "auto", allow_miss
     say = log or (lambda m: None)
     t0 = time.monotonic()
     check_machine(s)
+    devices = gpu_assignment(topo, s)
     imp = choose_impairment(topo, impairment, allow_missing_netem, seed=seed)
     check_backend_features(topo, imp)
     for e in s.egress:  # what a later `net set` is refused for, refused here too
@@ -180,7 +194,7 @@ def up(topo: Topology, s: ServerShaping, *, impairment: str = "auto", allow_miss
 
     report = {"dcs": [s.dc], "ifname": ifname, "nodes": 0, "tunnels": 0, "egress": len(s.egress), "impairment": imp.backend,
               "skipped": list(imp.skipped) + lan_not_emulated(topo, s.dc), "daemons": daemons, "up_s": time.monotonic() - t0,
-              "applied": read_back(s)}
+              "applied": read_back(s), "gpus": {n: list(d) for n, d in devices.items()}}
     say(f"{s.server}: DC {s.dc}: {len(s.egress)} destination(s) shaped, impairment {imp.backend}")
     return report
 

@@ -103,7 +103,7 @@ def placement(topo: Topology, cluster: Cluster) -> dict[str, str]:
                                   f"({', '.join(need)}), {len(order)} server(s)",
                                   "add servers, give DCs without trainers hosts: 0, or use mode: emulate "
                                   "(several DCs per server)")
-        return dict(zip(need, order))
+        return _gpus_fit(topo, cluster, dict(zip(need, order)))
     out: dict[str, str] = {}
     for dc in need:
         server = cluster.placement.get(dc)
@@ -116,7 +116,22 @@ def placement(topo: Topology, cluster: Cluster) -> dict[str, str]:
                                   "server is one DC's host (its egress is shaped per destination DC)",
                                   "give each DC with hosts its own server, or use mode: emulate")
         out[dc] = server
-    return out
+    return _gpus_fit(topo, cluster, out)
+
+
+def _gpus_fit(topo: Topology, cluster: Cluster, where: dict[str, str]) -> dict[str, str]:
+    """A DC's hosts' GPUs within its server's ``gpus`` (where the file gives it; each server checks its own
+    devices as it shapes)."""
+    from .placement import dc_gpus, gpu_fits
+
+    want = dc_gpus(topo)
+    for dc, server in where.items():
+        s = cluster.server(server)
+        if not gpu_fits(s, want[dc], topo):
+            raise ValidationError(f"placement.{dc}", f"server {server!r} has {s.gpus} GPUs; DC {dc}'s hosts ask for "
+                                  f"{want[dc]}", "give the DC a server with more GPUs, lower gpus:, or set "
+                                  "gpu_sharing: true")
+    return where
 
 
 def _where(topo: Topology, u: str, v: str) -> str:

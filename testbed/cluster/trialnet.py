@@ -11,10 +11,12 @@ servers (emulate mode, :mod:`.launch`), so a trial across servers is the same tr
   measured clock offset, so the ``ts`` it writes are on the launcher's clock) and its trainer through
   ``testbed net exec --until-eof`` there: stdout and stderr come back over ssh into the trial's log file,
   and ending the local ssh (the supervisor's SIGTERM, or the launcher's death) ends the trainer;
-* progress of a remote trainer (the supervisor's stall watch) is its span file's size there, read every
-  :data:`POLL_S` seconds over ssh;
+* every :data:`POLL_S` seconds each remote scratch directory's record files are copied as they grow into the
+  trial directory (:mod:`.stream`, complete lines only); a remote trainer's progress (the supervisor's stall
+  watch) is its span file's size there, read by the same poll;
 * ``stop``: every remote scratch directory comes back into the trial directory (tar over ssh: events,
-  metrics, process records; not the rewritten job files), is removed there, and every part goes down.
+  metrics, process records; not the rewritten job files), is removed there, and every part goes down.  A
+  server that cannot be reached then leaves what was streamed; ``cluster.records`` in the manifest says so.
 
 Samplers (links, TCP, processes) and the CPU-saturation watch run on every server: the launcher's as on one
 machine, every other server's by ``testbed cluster sample`` over ssh (:mod:`.sampling`), their rows merged
@@ -46,6 +48,7 @@ from .launch import SCRATCH, as_root
 from .model import Cluster
 from .placement import place
 from .remote import RemoteError
+from .stream import RecordStream
 from .view import ClusterNetwork
 
 #: How long ``stop`` waits for the trial's processes on a server to exit before fetching its records (a trainer
@@ -114,7 +117,9 @@ class ClusterTrialNetwork:
         self._agents: dict[str, Any] = {}  # server -> linkset.Agent (a link schedule's)
         tag = f"{trial_dir.parent.name}-{trial_dir.name}"
         self.scratch = {s: f"{SCRATCH}/{s}/{tag}" for s in set(self.assignment.values()) if s != cluster.launcher}
-        self._sizes: dict[str, dict[str, int]] = {}
+        self.streams = {s: RecordStream(d, trial_dir) for s, d in self.scratch.items()}  # server -> its copies
+        self.t0_ns: int | None = None
+        self.fetched: dict[str, bool] = {}
         self._halt = threading.Event()
         self._poller: threading.Thread | None = None
         self._local: Any = None
@@ -132,6 +137,8 @@ class ClusterTrialNetwork:
                                 allow_missing_netem=self.allow_missing_netem, seed=self.seed, log=self.log)
         self.timings["up_s"] = self.report["up_s"]
         self.offsets_ns = {s: int((r.get("clock") or {}).get("offset_ns", 0)) for s, r in self.report["servers"].items()}
+        # each trainer host's GPUs, from its own server's devices (each part or shaper assigned them there)
+        self.gpu_assignment = {n: tuple(d) for r in self.report["servers"].values() for n, d in (r.get("gpus") or {}).items()}
         self._attach()
         if self.userspace:  # the launcher's daemons: one that dies fails the trial (as on one machine)
             from testbed.network import impairment as uimp
@@ -170,6 +177,7 @@ class ClusterTrialNetwork:
 
         from .view import ssh_until_eof
 
+        self.t0_ns = t0_ns
         wanted = [f"--{k}" for k, on in (("links", links), ("tcp", tcp), ("procs", procs)) if on]
         for server, d in self.scratch.items():
             argv = ["cluster", "sample", "--out", d, "--server", server, "--t0-ns",
@@ -246,8 +254,11 @@ class ClusterTrialNetwork:
             for server, d in (self.scratch.items() if self.view is not None else ()):  # up failed: nothing ran
                 try:
                     self._fetch(server, d)
+                    self.fetched[server] = True
                 except Exception as e:  # the other servers' records still come back, every part still goes
-                    problems.append(f"{server}: records not fetched: {e}")
+                    until = self.streams[server].report(self.t0_ns, False)["streamed_until_s"]
+                    problems.append(f"{server}: records not fetched: {e}; what it wrote up to "
+                                    f"{until if until is not None else '?'} s after t0 was streamed during the trial")
                     self.log(f"cluster: {problems[-1]}")
             self._merge_samples()
         finally:
@@ -345,6 +356,10 @@ class ClusterTrialNetwork:
         job_path = Path(argv[-1])
         job = json.loads(job_path.read_text())
         env = {**env, **torchrun_env(job)}  # torchrun's launch variables, as on a cluster
+        if self.gpu_assignment:  # its own devices on its server, numbered there (none for a host without gpus:)
+            from testbed.network.gpus import visible_devices
+
+            env["CUDA_VISIBLE_DEVICES"] = visible_devices(self.gpu_assignment.get(node))
         if self.is_local(node):
             return self._popen_local_trainer(node, argv, env, **kw)
         server = self.view.server_of(node)
@@ -378,23 +393,22 @@ class ClusterTrialNetwork:
 
     def span_size(self, local_path: Path) -> int:
         """A remote trainer's span file's size as last read there (0 before it exists)."""
-        for sizes in self._sizes.values():
-            if local_path.name in sizes:
-                return sizes[local_path.name]
-        return 0
+        return max((st.size_of(local_path.name) for st in self.streams.values()), default=0)
 
     def _poll(self) -> None:
+        """Every POLL_S: each remote server's new record lines copied here (:mod:`.stream`), which is also how
+        a remote trainer's progress is seen."""
         while not self._halt.wait(POLL_S):
-            for server, d in self.scratch.items():
+            for server, stream in self.streams.items():
                 try:
-                    cp = self.view.remote(server).run(as_root(self.cluster.server(server), [
-                        "sh", "-c", f"cd {shlex.quote(d)}/events 2>/dev/null && stat -c '%n %s' * 2>/dev/null; true"]),
-                        timeout=30)
+                    stream.poll(self.view.remote(server), lambda argv, s=server: as_root(self.cluster.server(s), argv))
                 except RemoteError as e:
-                    self.log(f"cluster: progress of {server} not read: {e}")
-                    continue
-                self._sizes[server] = {n: int(s) for n, s in (ln.rsplit(" ", 1) for ln in cp.stdout.splitlines()
-                                                              if ln.strip()) if s.isdigit()}
+                    self.log(f"cluster: records of {server} not streamed: {e}")
+
+    def records_report(self) -> dict[str, Any]:
+        """The manifest's ``cluster.records``: per remote server, whether its records came whole at the end or
+        only as streamed while the trial ran (and up to when)."""
+        return {s: st.report(self.t0_ns, self.fetched.get(s, False)) for s, st in self.streams.items()}
 
     def _fetch(self, server: str, remote_dir: str) -> None:
         """The server's scratch directory into the trial directory (jobs excepted), then removed there."""

@@ -193,6 +193,15 @@ def _fix_ints(rec: dict[str, Any]) -> bool:
     return changed
 
 
+def partial_servers(manifest: dict[str, Any]) -> list[str]:
+    """A trial across servers whose records from some server are only what was streamed while it ran (the
+    server could not be reached at its end, ``testbed.cluster.stream``): one line per such server."""
+    records = (manifest.get("cluster") or {}).get("records") or {}
+    return [f"records of server {s}: partial, streamed until {r.get('streamed_until_s')} s after t0 (the server "
+            "could not be reached at the trial's end)" for s, r in sorted(records.items())
+            if isinstance(r, dict) and r.get("fetched") is False]
+
+
 def read_trial(trial_dir: Path) -> TrialRecords:
     """Read spans, metrics, samples and manifest of one trial, tolerating damage."""
     trial_dir = Path(trial_dir)
@@ -202,6 +211,7 @@ def read_trial(trial_dir: Path) -> TrialRecords:
         scheme = manifest["scheme"]
     tr = TrialRecords(path=trial_dir, name=trial_dir.name, scheme=scheme, rep=rep, manifest=manifest)
     tr.problems.extend(mprobs)
+    tr.problems.extend(partial_servers(manifest))
     ev_dir = trial_dir / "events"
     files = sorted(ev_dir.glob("*.jsonl")) if ev_dir.is_dir() else []
     if not files:

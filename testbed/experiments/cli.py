@@ -55,7 +55,8 @@ def preflight(spec: Any) -> None:
     from ..network.emulation import check_machine_free, check_preconditions
 
     check_machine_free("running trials (each builds a network)")
-    check_preconditions(spec.topology, spec.impairment, spec.allow_missing_netem)
+    # across servers, GPUs are each server's: its part checks its own as it is built (placement: servers[].gpus)
+    check_preconditions(spec.topology, spec.impairment, spec.allow_missing_netem, gpus=spec.cluster is None)
     check_trainer_images(spec.topology)
     check_writable(Path(spec.results_dir), "results_dir")
 

@@ -390,6 +390,8 @@ def _finish(manifest: dict[str, Any], result: TrialResult, procs: list[ProcInfo]
         net.stop()
     except Exception as e:
         manifest["teardown_error"] = str(e)
+    if spec.cluster is not None:  # whether each other server's records came whole, or only as streamed
+        manifest.setdefault("cluster", {})["records"] = net.records_report()
     if getattr(net, "sampler_stats", None):  # other servers' samplers, known once they stopped
         manifest.setdefault("cluster", {})["remote_sampler_stats"] = net.sampler_stats
         remote_cpu_saturation(manifest, net.remote_cpu_saturation())

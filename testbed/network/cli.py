@@ -522,11 +522,18 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if procs:
         cgroups.join(procs)  # this process, and so the command it becomes, runs under the host's cpu/memory limits
     argv = exec_argv(args.node, cmd)
+    env = owned_env(args.node)
+    if rec.get("gpus") and args.node in rec["nodes"]:  # a process host sees its own GPUs only, as a trainer does
+        dc = rec["nodes"][args.node]["dc"]
+        if next((d.get("runtime", "process") for d in rec["topology"]["dcs"] if d["name"] == dc), "process") == "process":
+            from .gpus import visible_devices
+
+            env["CUDA_VISIBLE_DEVICES"] = visible_devices(tuple(rec["gpus"].get(args.node, ())))
     sys.stdout.flush()
     sys.stderr.flush()
     if args.until_eof:
-        return _run_until_eof(argv, owned_env(args.node))
-    os.execvpe(argv[0], argv, owned_env(args.node))
+        return _run_until_eof(argv, env)
+    os.execvpe(argv[0], argv, env)
     return 127  # not reached
 
 

@@ -261,7 +261,8 @@ def check_machine_free(action: str) -> None:
                           "run `testbed net down` (or `testbed clean`) first")
 
 
-def check_preconditions(topo: Topology, impairment: str, allow_missing_netem: bool) -> Impairment:
+def check_preconditions(topo: Topology, impairment: str, allow_missing_netem: bool, *,
+                        gpus: bool = True) -> Impairment:
     """Everything :meth:`EmulatedNetwork.start` would refuse before building, checked without building.
 
     Raises :class:`CapabilityMissing` / :class:`ValidationError` (exit 2 with the fix); returns the
@@ -273,7 +274,8 @@ def check_preconditions(topo: Topology, impairment: str, allow_missing_netem: bo
 
         ovsctl.require()
     check_docker_hosts(topo)
-    check_gpus(topo, plan_network(topo))
+    if gpus:  # across servers each server's part checks its own devices as it is built
+        check_gpus(topo, plan_network(topo))
     _check_lan_impairment(topo, imp)
     check_backend_features(topo, imp)
     check_transport(topo)
@@ -606,6 +608,7 @@ class EmulatedNetwork:
                 if key in rec.get("links", {}):
                     object.__setattr__(w, attr, LinkShape(**rec["links"][key]))
         net.remote_delays = {(a, b): float(d) for a, b, d in rec.get("remote_delays", [])}
+        net.gpu_assignment = {n: tuple(d) for n, d in (rec.get("gpus") or {}).items()}
         net._resize_lans(net._live_queue_rtts(), apply=False)  # what an earlier `net set` left in the kernel
         for d in rec.get("userspace", []):
             point = uimp.Point(d["node"], d["ifname"], d["what"])
@@ -1192,6 +1195,7 @@ class EmulatedNetwork:
                "switches": {sw.dc: {"netns": sw.netns, "bridge": sw.bridge} for sw in self.plan.switches},
                "links": self._links_record(), "userspace": self._userspace_record(),
                "part": self.part.to_dict() if self.part is not None else None,
+               "gpus": {n: list(d) for n, d in self.gpu_assignment.items()},
                "created": time.time(), "builder_pid": os.getpid()}
         state.write(rec)
 

@@ -86,6 +86,8 @@ def process_record(device: torch.device) -> dict[str, Any]:
     launch = {k: os.environ[k] for k in TORCHRUN_ENV if k in os.environ}
     if launch:  # what it was told at launch (trainers across servers get torchrun's variables)
         out["launch_env"] = launch
+    if "CUDA_VISIBLE_DEVICES" in os.environ:  # the devices its host was given (gpus:), whatever torch then used
+        out["cuda_visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
     nccl = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
     if nccl:  # what NCCL was told (backend: nccl), so a reader can see every byte was kept on sockets
         out["nccl_env"] = dict(sorted(nccl.items()))

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, fake_gpus
 
 NET = "tbsrv-net"  # the namespace holding the servers' bridge (out of the root namespace's firewall)
 SUBNET = "10.231.0"
@@ -65,6 +65,7 @@ class StandIn:
     proc: subprocess.Popen[bytes] | None = None
     extra: dict[str, str] = field(default_factory=dict)
     cores: int | None = None  # its sshd (and so all it runs) pinned to this many cores: what nproc says there
+    gpus: int | None = None  # a stand-in nvidia-smi on its sessions' PATH lists this many devices
 
     @property
     def address(self) -> str:
@@ -75,11 +76,11 @@ class StandInServers:
     """``count`` stand-in servers (``s2``, ``s3``...; ``s1`` is the launcher) under ``workdir``."""
 
     def __init__(self, workdir: Path, count: int = 2, clock_offsets_s: tuple[float, ...] = (),
-                 mtu: int = 9000, cores: tuple[int | None, ...] = ()) -> None:
+                 mtu: int = 9000, cores: tuple[int | None, ...] = (), gpus: tuple[int | None, ...] = ()) -> None:
         self.workdir = workdir
         self.mtu = mtu  # the servers' network (jumbo frames: a 1500-byte WAN link fits a VXLAN tunnel)
         self.servers = [StandIn(f"s{i + 2}", i + 1, clock_offsets_s[i] if i < len(clock_offsets_s) else 0.0,
-                                cores=cores[i] if i < len(cores) else None)
+                                cores=cores[i] if i < len(cores) else None, gpus=gpus[i] if i < len(gpus) else None)
                         for i in range(count)]
         self.key = workdir / "id_ed25519"
         self.known_hosts = workdir / "known_hosts"
@@ -133,6 +134,8 @@ class StandInServers:
         env = f"TESTBED_STANDIN={s.name}"
         if s.clock_offset_s:
             env += f" LD_PRELOAD={self.clockshift()} TESTBED_CLOCK_OFFSET_NS={round(s.clock_offset_s * 1e9)}"
+        if s.gpus is not None:
+            env += f" PATH={fake_gpus(d / 'bin', s.gpus)}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         (d / "sshd_config").write_text(
             f"ListenAddress {s.address}\nPort 22\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n"
             f"PidFile none\nStrictModes no\nUsePAM no\nPermitRootLogin prohibit-password\n"

@@ -168,3 +168,41 @@ def _pids(pattern: str) -> list[str]:
     import subprocess
 
     return subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+
+
+def test_net_exec_on_a_gpu_host_sees_its_own_devices_only(tmp_path):
+    """`net up` of a topology whose DC a asks gpus: 1 per host, on a machine listing three devices (a stand-in
+    nvidia-smi first on the PATH: no GPU here); from another process, `net exec` gives each process host its
+    own CUDA_VISIBLE_DEVICES (a-h1 0, a-h2 1), a host without gpus: none at all; then `net down`."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.conftest import REPO, cli_env, fake_gpus
+
+    require_root_tools()
+    env = cli_env()
+    env["PATH"] = f"{fake_gpus(tmp_path / 'bin', 3)}:{env['PATH']}"
+    topo = tmp_path / "gpus.yaml"
+    topo.write_text(yaml.safe_dump({"name": "gpus2", "dcs": [{"name": "a", "hosts": 2, "gpus": 1},
+                                                             {"name": "b", "hosts": 1}],
+                                    "links": [{"a": "a", "b": "b", "rate": "100Mbit"}]}))
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "testbed.cli", *args], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=180)
+
+    r = cli("net", "up", str(topo), "--impairment", "none")
+    assert r.returncode == 0, r.stderr
+    try:
+        seen = {}
+        for node in ("a-h1", "a-h2", "b-h1"):
+            x = run_cli("net", "exec", node, "--", "sh", "-c", "echo devices=${CUDA_VISIBLE_DEVICES-unset}")
+            assert x.returncode == 0, x.stderr
+            seen[node] = x.stdout.strip()
+    finally:
+        d = cli("net", "down")
+    assert d.returncode == 0, d.stderr
+    assert seen == {"a-h1": "devices=0", "a-h2": "devices=1", "b-h1": "devices="}, seen
+    assert not any(cleanup.leftovers().values()), cleanup.leftovers()

@@ -68,6 +68,19 @@ def test_placement_one_server_per_dc_with_hosts():
     assert e.value.field == "placement.c"
 
 
+def test_a_dcs_gpus_must_fit_its_servers_where_the_file_says_how_many():
+    topo = topology({"name": "g", "dcs": [{"name": "a", "hosts": 2, "gpus": 1}, {"name": "c", "hosts": 1, "gpus": 2}],
+                     "links": [{"a": "a", "b": "c", "rate": "40Mbit", "delay": "5ms"}]})
+    servers = [{"name": "s1", "address": "10.0.0.1", "gpus": 2}, {"name": "s2", "address": "10.0.0.2", "gpus": 1}]
+    with pytest.raises(ValidationError, match="'s2' has 1 GPUs; DC c's hosts ask for 2") as e:
+        placement(topo, from_dict({"mode": "shape", "servers": servers}))
+    assert e.value.field == "placement.c"
+    servers[1]["gpus"] = 2
+    assert placement(topo, from_dict({"mode": "shape", "servers": servers})) == {"a": "s1", "c": "s2"}
+    unsaid = [{"name": "s1", "address": "10.0.0.1"}, {"name": "s2", "address": "10.0.0.2"}]  # each checks its own
+    assert placement(topo, from_dict({"mode": "shape", "servers": unsaid})) == {"a": "s1", "c": "s2"}
+
+
 def test_plan_round_trips_and_refuses_lan_shapes_and_containers():
     p = plan(relay(), cluster(2))
     assert [e.dst_dc for e in p["s1"].egress] == ["c"] and p["s2"].egress[0].address == "10.0.0.1"
