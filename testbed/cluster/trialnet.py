@@ -119,7 +119,7 @@ class ClusterTrialNetwork:
         self.scratch = {s: f"{SCRATCH}/{s}/{tag}" for s in set(self.assignment.values()) if s != cluster.launcher}
         self.streams = {s: RecordStream(d, trial_dir) for s, d in self.scratch.items()}  # server -> its copies
         self.t0_ns: int | None = None
-        self.fetched: dict[str, bool] = {}
+        self.fetched: dict[str, bool] = {}  # server -> its records came whole (only servers a trial ran on)
         self._halt = threading.Event()
         self._poller: threading.Thread | None = None
         self._local: Any = None
@@ -252,6 +252,7 @@ class ClusterTrialNetwork:
         self._agents.clear()
         try:
             for server, d in (self.scratch.items() if self.view is not None else ()):  # up failed: nothing ran
+                self.fetched[server] = False
                 try:
                     self._fetch(server, d)
                     self.fetched[server] = True
@@ -407,8 +408,8 @@ class ClusterTrialNetwork:
 
     def records_report(self) -> dict[str, Any]:
         """The manifest's ``cluster.records``: per remote server, whether its records came whole at the end or
-        only as streamed while the trial ran (and up to when)."""
-        return {s: st.report(self.t0_ns, self.fetched.get(s, False)) for s, st in self.streams.items()}
+        only as streamed while the trial ran (and up to when); none where the network was never built."""
+        return {s: self.streams[s].report(self.t0_ns, ok) for s, ok in self.fetched.items()}
 
     def _fetch(self, server: str, remote_dir: str) -> None:
         """The server's scratch directory into the trial directory (jobs excepted), then removed there."""

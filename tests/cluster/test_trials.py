@@ -214,6 +214,8 @@ def test_a_trial_whose_network_cannot_be_built_across_servers_fails_with_the_ser
     (trial,) = json.loads(r.stdout)["trials"]
     assert trial["status"] == "failed" and "server gone" in trial["reason"] and "10.231.0.99" in trial["reason"]
     assert "records not fetched" not in r.stderr  # nothing ran, so nothing was fetched
+    m = json.loads((Path(trial["dir"]) / "manifest.json").read_text())
+    assert m["cluster"]["records"] == {}, m["cluster"]["records"]  # nor called partial
     assert local_namespaces() == [] and s2_state(standins) == {}
 
 
