@@ -852,8 +852,10 @@ def register(sub: Any) -> None:
     st.set_defaults(func=cmd_set, state=None)
     ex = nsub.add_parser("exec", help="run a command in a node of the running network (its namespace and cgroup)",
                          description="Run COMMAND inside NODE (e.g. east-h1): its network namespace, its cgroup "
-                                     "(the DC's cpu: share), marked as a testbed process. stdin, stdout and "
-                                     "stderr pass through; the exit status is the command's.")
+                                     "(the DC's cpu: share), marked as a testbed process; on a process host of "
+                                     "a topology with gpus:, CUDA_VISIBLE_DEVICES set to its own devices (none "
+                                     "for a host without). stdin, stdout and stderr pass through; the exit "
+                                     "status is the command's.")
     ex.add_argument("node", help="node name (`testbed net show` lists them), e.g. east-h1, east-r")
     ex.add_argument("--until-eof", action="store_true",
                     help="end COMMAND (SIGTERM, then SIGKILL after 3 s) when this process's stdin closes; its "
