@@ -144,9 +144,13 @@ def cmd_part_up(args: argparse.Namespace) -> int:
 
     req = json.loads(sys.stdin.read())
     check_same_code(req.get("code"))
+    shared = [Path(d) for d in req.get("shared_dirs", [])]  # a container host's view of the trials' scratch
+    for d in shared:
+        d.mkdir(parents=True, exist_ok=True)
     net = EmulatedNetwork(topology(req["topology"]), impairment=req["impairment"],
                           allow_missing_netem=req["allow_missing_netem"], with_ps=req["with_ps"], seed=req["seed"],
-                          log=lambda m: print(m, file=sys.stderr, flush=True), part=Part.from_dict(req["part"]))
+                          log=lambda m: print(m, file=sys.stderr, flush=True), part=Part.from_dict(req["part"]),
+                          shared_dirs=shared)
     net.start()
     net.stop_watching()
     print(json.dumps(part_report(net)))

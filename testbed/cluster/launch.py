@@ -74,9 +74,16 @@ def _say(msg: str) -> None:
 
 
 def up(topo: Topology, cluster: Cluster, *, impairment: str = "auto", allow_missing_netem: bool = False,
-       with_ps: bool = True, seed: int | None = None, log: Callable[[str], None] = _say) -> dict[str, Any]:
-    """Build every server's part; returns what each reported.  On failure, every part built is removed."""
+       with_ps: bool = True, seed: int | None = None, log: Callable[[str], None] = _say,
+       shared_dirs: list[Path] | None = None) -> dict[str, Any]:
+    """Build every server's part; returns what each reported.  On failure, every part built is removed.
+
+    Container hosts mount ``shared_dirs`` on the launcher (a trial's directory) and, on every other server,
+    its scratch directory (``SCRATCH/<server>``, where a trial's records are written there); every other
+    server holding them is given the launcher's image first (:mod:`.images`)."""
     from testbed.network.emulation import EmulatedNetwork
+
+    from .images import ensure as ensure_images
 
     if cluster.mode == "shape":
         return up_shape(topo, cluster, impairment=impairment, allow_missing_netem=allow_missing_netem, seed=seed,
@@ -85,13 +92,16 @@ def up(topo: Topology, cluster: Cluster, *, impairment: str = "auto", allow_miss
     each = parts(topo, cluster, placement)
     check_checkouts(cluster, [name for name in each if name != cluster.launcher], log)
     report: dict[str, Any] = {"placement": placement.to_dict(), "servers": {}}
+    images = ensure_images(topo, cluster, placement.assignment, log)  # before the clock: up_s is the build's
+    if images:
+        report["images"] = images
     t0 = time.monotonic()
 
     def build_here() -> dict[str, Any]:
         part = each[cluster.launcher]
         log(f"{cluster.launcher} (this machine): building {', '.join(part.dcs)} ({len(part.tunnels)} tunnel(s))")
         net = EmulatedNetwork(topo, impairment=impairment, allow_missing_netem=allow_missing_netem,
-                              with_ps=with_ps, seed=seed, log=log, part=part)
+                              with_ps=with_ps, seed=seed, log=log, part=part, shared_dirs=shared_dirs or ())
         net.start()
         net.stop_watching()
         return part_report(net)
@@ -174,7 +184,7 @@ def _build_remote(topo: Topology, cluster: Cluster, part: Part, impairment: str,
     log(f"{name}: building {', '.join(part.dcs)} ({len(part.tunnels)} tunnel(s)) over ssh")
     payload = json.dumps({"topology": topo.to_dict(), "part": part.to_dict(), "impairment": impairment,
                           "allow_missing_netem": allow_missing_netem, "with_ps": with_ps, "seed": seed,
-                          "code": code_state()})
+                          "code": code_state(), "shared_dirs": [f"{SCRATCH}/{name}"]})
     return _remote_build(cluster, server, ["cluster", "part-up"], payload)
 
 
@@ -248,11 +258,18 @@ def check_same_code(launcher: dict[str, Any] | None) -> None:
 
 
 def part_report(net: Any) -> dict[str, Any]:
+    """What a part reports: its DCs, size, backend, GPUs per host and, with any, which devices those are
+    (``gpu_devices``: index, model, memory; the servers of a cluster need not be alike)."""
+    from testbed.network.gpus import machine_gpus
+
     imp = net.impairment
-    return {"dcs": list(net.part.dcs) if net.part else [], "nodes": len(net.plan.nodes),
-            "tunnels": len(net.plan.tunnels), "impairment": imp.backend if imp else None,
-            "skipped": list(imp.skipped) if imp else [], "up_s": net.timings.get("up_s"),
-            "gpus": {n: list(d) for n, d in net.gpu_assignment.items()}}
+    out = {"dcs": list(net.part.dcs) if net.part else [], "nodes": len(net.plan.nodes),
+           "tunnels": len(net.plan.tunnels), "impairment": imp.backend if imp else None,
+           "skipped": list(imp.skipped) if imp else [], "up_s": net.timings.get("up_s"),
+           "gpus": {n: list(d) for n, d in net.gpu_assignment.items()}}
+    if net.gpu_assignment:
+        out["gpu_devices"] = machine_gpus()
+    return out
 
 
 def down(cluster: Cluster, *, only: list[str] | None = None,

@@ -195,6 +195,10 @@ def up(topo: Topology, s: ServerShaping, *, impairment: str = "auto", allow_miss
     report = {"dcs": [s.dc], "ifname": ifname, "nodes": 0, "tunnels": 0, "egress": len(s.egress), "impairment": imp.backend,
               "skipped": list(imp.skipped) + lan_not_emulated(topo, s.dc), "daemons": daemons, "up_s": time.monotonic() - t0,
               "applied": read_back(s), "gpus": {n: list(d) for n, d in devices.items()}}
+    if devices:  # which devices those are (model, memory): servers of a cluster need not be alike
+        from ..network.gpus import machine_gpus
+
+        report["gpu_devices"] = machine_gpus()
     say(f"{s.server}: DC {s.dc}: {len(s.egress)} destination(s) shaped, impairment {imp.backend}")
     return report
 

@@ -9,8 +9,8 @@ cannot (the server is gone), the trial keeps what was streamed, and the manifest
 (``cluster.records``).
 
 Which files: the append-only text records -- spans (``events/*.jsonl``), the remote samplers' rows
-(``samples/*.jsonl``) and an evaluator's ``metrics.csv`` (a parameter server or rank 0 on that server).  Process
-records (``procs/*.json``) are written once, as a trainer exits, and come with the tar.
+(``samples/*.jsonl``), an evaluator's ``metrics.csv`` (a parameter server or rank 0 on that server) -- and the
+process records (``procs/*.json``: one line, written once as a process starts, so it comes whole).
 
 One poll is one ``sh`` over the shared ssh connection: for each file, a header line ``<size> <offset> <path>``
 and one base64 line of its bytes from ``offset`` (the launcher's count of complete-line bytes copied); base64
@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 #: The record files streamed, as shell globs relative to the scratch directory.
-PATTERNS = ("events/*.jsonl", "samples/*.jsonl", "*.csv")
+PATTERNS = ("events/*.jsonl", "samples/*.jsonl", "*.csv", "procs/*.json")
 #: A streamed file's name as it may come back: one of :data:`PATTERNS`, no other directory.
-_NAME = re.compile(r"^(events/|samples/)?[A-Za-z0-9_.-]+\.(jsonl|csv)$")
+_NAME = re.compile(r"^((events/|samples/)?[A-Za-z0-9_.-]+\.(jsonl|csv)|procs/[A-Za-z0-9_.-]+\.json)$")
 
 
 @dataclass

@@ -22,8 +22,13 @@ Samplers (links, TCP, processes) and the CPU-saturation watch run on every serve
 machine, every other server's by ``testbed cluster sample`` over ssh (:mod:`.sampling`), their rows merged
 into the trial's files at ``stop``.  A link schedule's events go to every server at once (:mod:`.linkset` in
 emulate mode, :mod:`.shapeset` in shape mode).  Cross traffic runs between endpoints on the DCs' servers (emulate
-mode: temporary nodes on their LANs; shape mode: the servers themselves).  Docker hosts are refused before
-anything is built.
+mode: temporary nodes on their LANs; shape mode: the servers themselves).
+
+Container hosts (``runtime: docker``, emulate mode): every server that holds them is given the launcher's image
+first (:mod:`.images`); the launcher's containers mount the trial directory, every other server's its scratch
+directory; a remote trainer runs inside its container by ``net exec --until-eof --container`` (the image's
+``python3``, the container's limits, as on one machine), and the manifest's ``host_runtimes`` holds each
+container's image id and Python/torch as read on its own server.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from .model import Cluster
 from .placement import place
 from .remote import RemoteError
 from .stream import RecordStream
-from .view import ClusterNetwork
+from .view import ClusterNetwork, ssh_exec
 
 #: How long ``stop`` waits for the trial's processes on a server to exit before fetching its records (a trainer
 #: given SIGTERM by ``net exec --until-eof`` has 3 s before SIGKILL).
@@ -63,10 +68,8 @@ TRAINER_ENV = ("PYTHONUNBUFFERED", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "CUD
 
 
 def refuse_unsupported(spec: Any, cluster: Cluster) -> None:
-    """What a trial across servers does not do yet, refused before anything is built (exit 2)."""
-    if any(dc.runtime != "process" for dc in spec.topology.dcs):
-        raise ValidationError("dcs[].runtime", "docker hosts across servers are not built yet",
-                              "use process hosts (the default) with --cluster, or run on one machine")
+    """What a trial across servers does not do, refused before anything is built (exit 2).  (Container hosts in
+    shape mode are refused by ``shaping.check_topology``, for ``net up`` as for a trial.)"""
     if spec.schedule and cluster.mode == "shape":  # every event's paths composed on paper (backends: at play)
         from . import shaping
         from .shapeset import paper_states, plan_schedule
@@ -134,7 +137,8 @@ class ClusterTrialNetwork:
     # ---------------------------------------------------------------- life cycle
     def start(self) -> None:
         self.report = launch.up(self.topo, self.cluster, impairment=self.impairment_mode,
-                                allow_missing_netem=self.allow_missing_netem, seed=self.seed, log=self.log)
+                                allow_missing_netem=self.allow_missing_netem, seed=self.seed, log=self.log,
+                                shared_dirs=[self.trial_dir])
         self.timings["up_s"] = self.report["up_s"]
         self.offsets_ns = {s: int((r.get("clock") or {}).get("offset_ns", 0)) for s, r in self.report["servers"].items()}
         # each trainer host's GPUs, from its own server's devices (each part or shaper assigned them there)
@@ -280,6 +284,7 @@ class ClusterTrialNetwork:
                 "clock_correction": "each remote trainer's t0_ns is the launcher's plus its server's measured "
                                     "offset, so every ts is on the launcher's clock",
                 "scratch": self.scratch,
+                **({"images": self.report["images"]} if self.report.get("images") else {}),
                 "sampled": "links, TCP connections, trainer processes and CPU saturation on every server (the "
                            "remote ones by `cluster sample` over ssh, their rows merged into samples/*.jsonl, their "
                            "CPU saturation under cpu_saturation.servers)"}
@@ -297,11 +302,45 @@ class ClusterTrialNetwork:
     def wan_interfaces(self) -> list[dict[str, str]]:
         return self._local.wan_interfaces() if self._local is not None else []
 
-    def docker_config(self, node: str) -> None:
-        return None
+    def docker_config(self, node: str) -> Any:
+        """A container host's settings (None: a process host, a router), on whichever server it is."""
+        if self.is_local(node):
+            return self._local.docker_config(node)
+        dc = self.topo.dc(self.plan.nodes[node].dc)
+        if self.plan.nodes[node].role not in ("host", "ps") or dc.runtime != "docker":
+            return None
+        from testbed.network.docker_hosts import DEFAULT_IMAGE, HostConfig
 
-    def container_pid(self, node: str) -> None:
-        return None
+        return HostConfig(dc.image or DEFAULT_IMAGE, dc.volumes, dc.env)
+
+    def container_pid(self, node: str) -> int | None:
+        """A container's first process here (None on another server: nothing here to enter)."""
+        return self._local.container_pid(node) if self.is_local(node) else None
+
+    def host_runtimes(self) -> dict[str, Any]:
+        """Per container host, on every server: its image (name and the id its container runs) and the image's
+        Python and torch, read there (``trial.host_runtimes`` reads the launcher's own)."""
+        from testbed.experiments.trial import host_runtimes
+        from testbed.network import docker_hosts
+
+        out: dict[str, Any] = host_runtimes(self._local) if self._local is not None else {}
+        for node in self.plan.nodes:
+            cfg = None if self.is_local(node) else self.docker_config(node)
+            if cfg is None:
+                continue
+            server = self.view.server_of(node)
+            srv, name = self.cluster.server(server), docker_hosts.container_name(node)
+            r = self.view.remote(server)
+            iid = r.run(as_root(srv, ["docker", "inspect", "--format", "{{.Image}}", name]), timeout=60, check=False)
+            ver = r.run(as_root(srv, ["docker", "exec", name, "python3", "-c", docker_hosts.VERSION_PROBE]),
+                        timeout=120, check=False)
+            try:
+                versions = json.loads(ver.stdout.strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                versions = {"error": (ver.stderr or ver.stdout).strip()[-300:]}
+            out[node] = {"runtime": "docker", "image": cfg.image, "image_id": iid.stdout.strip() or None,
+                         "container": name, "server": server, **versions}
+        return out
 
     def memory_report(self) -> dict[str, dict[str, Any]]:
         return self._local.memory_report() if self._local is not None else {}
@@ -357,7 +396,10 @@ class ClusterTrialNetwork:
         job_path = Path(argv[-1])
         job = json.loads(job_path.read_text())
         env = {**env, **torchrun_env(job)}  # torchrun's launch variables, as on a cluster
-        if self.gpu_assignment:  # its own devices on its server, numbered there (none for a host without gpus:)
+        container = self.docker_config(node) is not None
+        # its own devices on its server, numbered there (none for a host without gpus:); a container sees
+        # only its own (Docker's runtime hands them over)
+        if self.gpu_assignment and not container:
             from testbed.network.gpus import visible_devices
 
             env["CUDA_VISIBLE_DEVICES"] = visible_devices(self.gpu_assignment.get(node))
@@ -372,9 +414,12 @@ class ClusterTrialNetwork:
         self.view.remote(server).run(as_root(self.cluster.server(server), ["sh", "-c", f"cat > {shlex.quote(remote_job)}"]),
                                      input=json.dumps(job), timeout=60)
         kv = [f"{k}={env[k]}" for k in env if k in TRAINER_ENV or k.startswith("TESTBED_")]
-        py = self.cluster.server(server).python
+        py = "python3" if container else self.cluster.server(server).python  # a container's: the image's
         kw.pop("cwd", None)
-        p = self.view.popen(node, ["env", *kv, py, *argv[1:-1], remote_job], **kw)
+        cmd = ["env", *kv, py, *argv[1:-1], remote_job]
+        # (shape mode's view runs a node's command on its server by the server's name: no container there)
+        p = (ssh_exec(self.view.remote(server), node, cmd, self.view._pipes, container=True, **kw) if container
+             else self.view.popen(node, cmd, **kw))
         p.trainer_pid = None  # on another server: no local pid to sample
         return p
 
@@ -564,6 +609,12 @@ class ShapeTrialNetwork(ClusterTrialNetwork):
                                                   for d in m),
                                   "cut": sorted(f"{self.plans[n].dc}->{d}" for n, c in change.cut.items() for d in c)})
         self._note_state(event)
+
+    def docker_config(self, node: str) -> None:
+        return None  # no containers in shape mode (refused by shaping.check_topology)
+
+    def host_runtimes(self) -> dict[str, Any]:
+        return {}
 
     def record(self) -> dict[str, Any]:
         out = super().record()

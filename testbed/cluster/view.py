@@ -44,12 +44,14 @@ class Impairments:
         return {"backend": self.backend, "by_server": dict(self.by_server), "skipped": list(self.skipped)}
 
 
-def ssh_exec(remote: Remote, node: str, argv: list[str], pipes: list[int], **kw: Any) -> subprocess.Popen[Any]:
-    """``argv`` in ``node`` on ``remote``'s server: ssh runs ``net exec --until-eof`` (:func:`ssh_until_eof`)."""
+def ssh_exec(remote: Remote, node: str, argv: list[str], pipes: list[int], container: bool = False,
+             **kw: Any) -> subprocess.Popen[Any]:
+    """``argv`` in ``node`` on ``remote``'s server: ssh runs ``net exec --until-eof`` (:func:`ssh_until_eof`);
+    ``container``: inside the node's container (``--container``: the image's files, the container's limits)."""
     if kw.pop("env", None) is not None:
         raise ValueError("a remote node's command takes no env here (its server's own is used)")
-    return ssh_until_eof(remote, ["net", "exec", "--until-eof", node, "--", *remote_argv(remote.server, argv)],
-                         pipes, **kw)
+    return ssh_until_eof(remote, ["net", "exec", "--until-eof", *(["--container"] if container else []), node, "--",
+                                  *remote_argv(remote.server, argv)], pipes, **kw)
 
 
 def ssh_until_eof(remote: Remote, args: list[str], pipes: list[int], owned: bool = False,

@@ -156,7 +156,8 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
         manifest["tc_state"] = net.applied
         if net.gpu_assignment:  # each trainer host's devices (each process records the one it used)
             manifest["gpus"] = {node: list(d) for node, d in net.gpu_assignment.items()}
-        runtimes = host_runtimes(net)
+        # across servers, the network reads each container on its own server
+        runtimes = net.host_runtimes() if hasattr(net, "host_runtimes") else host_runtimes(net)
         if runtimes:  # container hosts: the image each ran, and the Python and torch inside it
             manifest["runtimes"] = runtimes
         # the network as the spec says? (min RTT and rate per WAN direction; the trial runs either way,

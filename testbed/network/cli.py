@@ -518,6 +518,13 @@ def cmd_exec(args: argparse.Namespace) -> int:
         # (a temporary node, e.g. a DC's cross-traffic endpoint made for a trial, is there while it lives)
         raise ValidationError("net exec", f"no node {args.node!r} in the running network",
                               "use one of: " + ", ".join(rec["nodes"]))
+    if args.container:
+        argv, env = _container_command(rec, args.node, cmd)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if args.until_eof:
+            return _run_until_eof(argv, env)
+        os.execvpe(argv[0], argv, env)
     procs = cgroups.procs_files(args.node)
     if procs:
         cgroups.join(procs)  # this process, and so the command it becomes, runs under the host's cpu/memory limits
@@ -535,6 +542,25 @@ def cmd_exec(args: argparse.Namespace) -> int:
         return _run_until_eof(argv, env)
     os.execvpe(argv[0], argv, env)
     return 127  # not reached
+
+
+def _container_command(rec: dict[str, Any], node: str, cmd: list[str]) -> tuple[list[str], dict[str, str]]:
+    """``net exec --container``: argv and environment that run ``cmd`` in ``node``'s container the way a trainer
+    runs there (``EmulatedNetwork.popen_trainer``); this process joins the container's cgroups first."""
+    from topologies.model import from_dict
+
+    from . import docker_hosts
+
+    topo = from_dict(rec["topology"])
+    dc = topo.dc(rec["nodes"][node]["dc"]) if node in rec["nodes"] else None
+    pid = docker_hosts.running_pid(node) if dc is not None and dc.runtime == "docker" else None
+    if pid is None:
+        raise ValidationError("net exec --container", f"{node} is not a container host of the running network "
+                              "(runtime: docker hosts have one; routers and process hosts do not)",
+                              "drop --container, or name a host of a runtime: docker DC")
+    cgroups.join([Path(p) for p in docker_hosts.cgroup_procs(pid)])  # --cpus/--memory apply to the command
+    cfg = docker_hosts.HostConfig(dc.image or docker_hosts.DEFAULT_IMAGE, dc.volumes, dc.env)
+    return [*docker_hosts.trainer_prefix(pid), *cmd], docker_hosts.trainer_env(owned_env(node), cfg)
 
 
 #: After stdin closed: how long the command has to end on SIGTERM before its process group is killed.
@@ -861,6 +887,11 @@ def register(sub: Any) -> None:
                     help="end COMMAND (SIGTERM, then SIGKILL after 3 s) when this process's stdin closes; its "
                          "own stdin is /dev/null. How the launcher runs commands on other servers over ssh: "
                          "they end with the launcher's connection, also when the launcher is killed")
+    ex.add_argument("--container", action="store_true",
+                    help="on a runtime: docker host, run COMMAND inside its container as a trainer runs: the "
+                         "image's files (python3 is the image's), the container's CPU and memory limits, the "
+                         "spec's env, no capability kept by the testbed's trainers; without it, only the "
+                         "container's network namespace is joined and the machine's own tools run (probes)")
     ex.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     ex.set_defaults(func=cmd_exec)
     ver = nsub.add_parser("verify", help="bring the network up, measure RTT and goodput over every link direction "

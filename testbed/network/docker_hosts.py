@@ -157,6 +157,13 @@ def start(node: str, cfg: HostConfig, shared: list[Path]) -> tuple[str, int]:
     return cid, int(state["Pid"])
 
 
+def running_pid(node: str) -> int | None:
+    """The pid of ``node``'s running container's first process (None: no such container, or not running)."""
+    r = _docker("inspect", "--format", "{{.State.Pid}}", container_name(node), check=False, timeout=30)
+    pid = r.stdout.strip() if r.returncode == 0 else ""
+    return int(pid) if pid.isdigit() and int(pid) > 0 else None
+
+
 def _daemon_reachable() -> bool:
     """Whether a Docker daemon answers on its socket, found without starting the docker CLI.
 
@@ -185,7 +192,7 @@ def owned() -> list[str]:
     if shutil.which("docker") is None or not _daemon_reachable():
         return []
     try:
-        r = _docker("ps", "--all", "--quiet", "--filter", f"label={LABEL}={naming.PREFIX}",
+        r = _docker("ps", "--all", "--filter", f"label={LABEL}={naming.PREFIX}",
                     "--format", "{{.Names}}", timeout=20, check=False)
     except DockerError:
         return []

@@ -527,8 +527,12 @@ class EmulatedNetwork:
                                        plan.cpu, plan.memory, self.gpu_assignment.get(node, ()))
 
     def container_pid(self, node: str) -> int | None:
-        """The pid of ``node``'s container's first process (None: not a container, or not built here)."""
-        return getattr(self.nodes.get(node), "container_pid", None)
+        """The pid of ``node``'s container's first process (None: not a container, or not built here).  On an
+        attached network (built by another process: a cluster launcher's own part) Docker is asked."""
+        pid = getattr(self.nodes.get(node), "container_pid", None)
+        if pid is None and node not in self.nodes and self.attached and self.docker_config(node) is not None:
+            pid = docker_hosts.running_pid(node)
+        return pid
 
     def popen_trainer(self, node: str, argv: list[str], *, env: dict[str, str], **kw: Any) -> Any:
         """Start a trainer on ``node``: as :meth:`popen` on a process host (the testbed's Python); in a
@@ -550,7 +554,10 @@ class EmulatedNetwork:
         env = docker_hosts.trainer_env(env, cfg)
         kw.setdefault("preexec_fn", docker_hosts.trainer_preexec(pid))
         kw.pop("cwd", None)
-        p = self.nodes[node].popen(argv, env=env, mncmd=[], start_new_session=True, **kw)
+        if node in self.nodes:
+            p = self.nodes[node].popen(argv, env=env, mncmd=[], start_new_session=True, **kw)
+        else:  # attached: no Mininet node here, and none needed (nsenter enters every namespace itself)
+            p = subprocess.Popen(argv, env=env, start_new_session=True, **kw)
         p.trainer_pid = docker_hosts.child_pid(p.pid)  # the trainer itself (samplers, progress)
         return docker_hosts.signal_group(p)
 

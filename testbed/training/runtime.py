@@ -113,7 +113,7 @@ def write_process_record(job: Job, device: torch.device, capabilities: dict[str,
         rec["capabilities"] = capabilities
     if job.role == "worker":
         rec["backend"] = job.training.backend
-    path.write_text(json.dumps(rec))
+    path.write_text(json.dumps(rec) + "\n")  # one complete line: a remote server's record streams home whole
 
 
 def _sigterm(signum: int, frame: Any) -> None:

@@ -51,6 +51,24 @@ def require() -> None:
         pytest.skip("needs openssh-server and gcc for the stand-in servers (WITH_CLUSTER=1 make bootstrap)")
 
 
+def cgroup_mounts() -> str:
+    """Shell commands mounting the machine's cgroup hierarchies again at their places (each followed by ``&&``).
+
+    ``ip netns exec`` mounts a fresh sysfs for the namespace, which has nothing at ``/sys/fs/cgroup``; a real
+    server has its cgroups there (Docker's daemon refuses to start without them, and hosts' CPU limits live
+    there).  Mounting a v1 hierarchy with the same controllers, or cgroup2, joins the same one, not a copy."""
+    out = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        _, where, kind, opts, *_ = line.split()
+        if where == "/sys/fs/cgroup" and kind == "tmpfs":
+            out.append("mount -t tmpfs -o mode=755 cgroup /sys/fs/cgroup")
+        elif where.startswith("/sys/fs/cgroup") and kind in ("cgroup", "cgroup2"):
+            keep = ",".join(o for o in opts.split(",") if o not in ("rw", "ro", "relatime", "nosuid", "nodev", "noexec"))
+            flag = f" -o {keep}" if kind == "cgroup" and keep else ""
+            out.append(f"mkdir -p {where} && mount -t {kind}{flag} cgroup {where}")
+    return "".join(f"{c} && " for c in out)
+
+
 def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, check=check)
 
@@ -66,6 +84,7 @@ class StandIn:
     extra: dict[str, str] = field(default_factory=dict)
     cores: int | None = None  # its sshd (and so all it runs) pinned to this many cores: what nproc says there
     gpus: int | None = None  # a stand-in nvidia-smi on its sessions' PATH lists this many devices
+    docker: bool = False  # its own Docker daemon (own socket, data root and containerd), started over ssh
 
     @property
     def address(self) -> str:
@@ -76,11 +95,13 @@ class StandInServers:
     """``count`` stand-in servers (``s2``, ``s3``...; ``s1`` is the launcher) under ``workdir``."""
 
     def __init__(self, workdir: Path, count: int = 2, clock_offsets_s: tuple[float, ...] = (),
-                 mtu: int = 9000, cores: tuple[int | None, ...] = (), gpus: tuple[int | None, ...] = ()) -> None:
+                 mtu: int = 9000, cores: tuple[int | None, ...] = (), gpus: tuple[int | None, ...] = (),
+                 docker: bool = False) -> None:
         self.workdir = workdir
         self.mtu = mtu  # the servers' network (jumbo frames: a 1500-byte WAN link fits a VXLAN tunnel)
         self.servers = [StandIn(f"s{i + 2}", i + 1, clock_offsets_s[i] if i < len(clock_offsets_s) else 0.0,
-                                cores=cores[i] if i < len(cores) else None, gpus=gpus[i] if i < len(gpus) else None)
+                                cores=cores[i] if i < len(cores) else None, gpus=gpus[i] if i < len(gpus) else None,
+                                docker=docker)
                         for i in range(count)]
         self.key = workdir / "id_ed25519"
         self.known_hosts = workdir / "known_hosts"
@@ -93,6 +114,9 @@ class StandInServers:
             for s in self.servers:
                 self._sshd(s)
             self._wait()
+            for s in self.servers:
+                if s.docker:
+                    self._dockerd(s)
         except BaseException:
             self.stop()
             raise
@@ -154,7 +178,7 @@ class StandInServers:
         # /run as a whole, not only its testbed directories: a directory mounted over in another mount
         # namespace is detached when the launcher removes it (rmdir), which would merge the two views
         inner = ("mount --make-rprivate / && mount -t tmpfs tbsrv /run && mkdir -p /run/netns /run/sshd && "
-                 f"exec /usr/sbin/sshd -D -e -f {d}/sshd_config")
+                 f"{cgroup_mounts()}exec /usr/sbin/sshd -D -e -f {d}/sshd_config")
         pin = ["taskset", "-c", f"0-{s.cores - 1}"] if s.cores else []
         with open(d / "sshd.log", "ab") as log:
             s.proc = subprocess.Popen([*pin, "ip", "netns", "exec", s.netns, "unshare", "--mount", "--pid", "--fork",
@@ -177,6 +201,35 @@ class StandInServers:
                 break
             assert time.monotonic() < deadline, (self.workdir / s.name / "sshd.log").read_text()[-500:]
         self._wait()
+
+    def docker_root(self, s: StandIn) -> Path:
+        # on the disk, not under /tmp: an image loaded there is GBs (the test's work directory may be a tmpfs)
+        return Path(f"/var/tmp/tbsrv-docker-{s.name}")
+
+    def _dockerd(self, s: StandIn) -> None:
+        """The stand-in's own Docker daemon, started over ssh as a server's admin would: its socket, pid file,
+        exec root and managed containerd in the stand-in's private /run, its data root its own (no image the
+        launcher's daemon has is there).  No bridge or iptables rules: the testbed's containers use
+        ``--network none``.  It goes with the stand-in's PID namespace."""
+        root = self.docker_root(s)
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        log = self.workdir / s.name / "dockerd.log"
+        cmd = (f"setsid nohup dockerd --data-root {root} --exec-root /run/docker --pidfile /run/docker.pid "
+               f"--host unix:///var/run/docker.sock --bridge none --iptables=false --ip-masq=false "
+               f"> {log} 2>&1 < /dev/null &")
+        r = subprocess.run(["ssh", *self.ssh_options(), f"root@{s.address}", cmd], capture_output=True, text=True,
+                           timeout=30)
+        assert r.returncode == 0, r.stderr
+        deadline = time.monotonic() + 60
+        while True:
+            r = subprocess.run(["ssh", *self.ssh_options(), f"root@{s.address}", "docker info --format '{{.ID}}'"],
+                               capture_output=True, text=True, timeout=30)
+            if r.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"dockerd of {s.name} does not answer: {log.read_text()[-1000:]}")
+            time.sleep(0.5)
 
     def _wait(self, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout
@@ -219,6 +272,9 @@ class StandInServers:
                     pass
                 s.proc.wait()
         self.stop_network()
+        for s in self.servers:
+            if s.docker:  # its daemon and its containers went with its PID and mount namespaces
+                shutil.rmtree(self.docker_root(s), ignore_errors=True)
 
     @staticmethod
     def stop_network() -> None:
@@ -253,6 +309,23 @@ def on_s2(standins, cmd: str, timeout: float = 60) -> subprocess.CompletedProces
 def s2_testbed(standins, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return on_s2(standins, f"cd {shlex.quote(str(REPO))} && {shlex.quote(sys.executable)} -m testbed.cli "
                  + shlex.join(args), timeout)
+
+
+def kill_cli_when(standins, args: list[str], ready_cmd: str, ready_text: str, what: str,
+                  timeout: float = 300, every_s: float = 0.05) -> None:
+    """Start ``testbed ARGS`` in a session of its own; once ``ready_cmd`` on the stand-in prints ``ready_text``,
+    SIGKILL the whole session, as a launcher dies (``what``: what never got ready, for the failure)."""
+    from tests.conftest import cli_env
+
+    p = subprocess.Popen([sys.executable, "-m", "testbed.cli", *args], cwd=REPO, env=cli_env(),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while ready_text not in on_s2(standins, ready_cmd).stdout:
+        assert p.poll() is None, p.stderr.read() if p.stderr else ""
+        assert time.monotonic() < deadline, what
+        time.sleep(every_s)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
 
 
 def verify_failures(r: subprocess.CompletedProcess[str], out: dict) -> str:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import statistics
 import subprocess
-import sys
 
 import pytest
 
 from tests.cluster.standins import (
     LINE,
     PLACEMENT,
+    kill_cli_when,
     local_namespaces,
     min_rtt_ms,
     on_s2,
@@ -137,24 +137,12 @@ def test_a_server_that_cannot_be_reached_fails_the_build_and_leaves_nothing(stan
 def test_clean_after_the_launcher_was_killed_mid_build_leaves_nothing_anywhere(standins, tmp_path):
     """SIGKILL of `net up --cluster` once the stand-in's part is building; one `testbed clean --cluster` (no
     state of the launcher's needed) then removes every part."""
-    import os
-    import signal
     import time
-
-    from tests.conftest import cli_env
 
     topo = write(tmp_path, LINE, "line3.yaml")
     cluster = write(tmp_path, standins.cluster(placement=PLACEMENT))
-    p = subprocess.Popen([sys.executable, "-m", "testbed.cli", "net", "up", str(topo), "--cluster", str(cluster)],
-                         cwd=REPO, env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
-    deadline = time.monotonic() + 120
-    while "tb-" not in on_s2(standins, "ip netns list").stdout:
-        assert p.poll() is None, p.stderr.read() if p.stderr else ""
-        assert time.monotonic() < deadline, "the stand-in's part never started"
-        time.sleep(0.05)
-    os.killpg(p.pid, signal.SIGKILL)
-    p.wait()
+    kill_cli_when(standins, ["net", "up", str(topo), "--cluster", str(cluster)], "ip netns list", "tb-",
+                  "the stand-in's part never started", timeout=120)
     # the orphaned remote build may still be running (ssh does not end it): clean ends it first (it carries
     # the owner mark), then removes its objects, so one clean leaves nothing, whatever the build had reached
     r = run_cli("clean", "--cluster", str(cluster), timeout=180)

@@ -251,6 +251,10 @@ def test_gpus_across_servers_are_each_servers_own_devices(standins, tmp_path):
     def given(trial: dict) -> tuple[dict, dict]:
         m = json.loads((Path(trial["dir"]) / "manifest.json").read_text())
         assert m["status"] == "ok", m["reason"]
+        # which devices each server has (model and memory), as its own nvidia-smi listed them
+        models = {s: [(d["name"], d["memory_mib"]) for d in rep.get("gpu_devices", [])]
+                  for s, rep in m["cluster"]["servers"].items()}
+        assert models == {s: [(f"Stand-in GPU {i}", "16384") for i in (0, 1)] for s in ("s1", "s2")}, models
         return m["gpus"], {p["host"]: (p.get("runtime") or {}).get("cuda_visible_devices") for p in m["processes"]}
 
     r, trial = run(TOPO, 2, "toomany", placement=PLACEMENT)
@@ -318,6 +322,10 @@ def test_a_server_that_disappears_mid_trial_fails_it_with_the_reason_and_the_res
     for f in (Path(trial["dir"]) / "events").glob("[bc]-h1.*.jsonl"):  # complete lines only: every row parses
         rows, bad = read_jsonl(f)
         assert rows and not bad, (f, bad)
+    # each vanished trainer's process record (written as it started) streamed too, and the manifest read it
+    procs = {p["host"]: p for p in m["processes"]}
+    for host in ("b-h1", "c-h1"):
+        assert (procs[host].get("runtime") or {}).get("executable"), procs[host]
     assert local_namespaces() == []  # the launcher's part went down regardless
     rep = run_cli("report", json.loads(out)["results"], "--json", "--no-trace", timeout=300)
     assert rep.returncode == 0, rep.stderr[-2000:]

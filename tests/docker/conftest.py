@@ -25,6 +25,18 @@ def require_docker() -> None:
         pytest.skip(f"Docker not usable here: {why}")
 
 
+def build_trainer_image() -> str:
+    """The testbed's own image, built as a user builds it (reused when its recipe is unchanged); its name."""
+    import json
+
+    from tests.conftest import run_cli
+
+    require_docker()
+    r = run_cli("image", "build", "--json", timeout=1800)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout)["name"]
+
+
 @pytest.fixture(scope="session")
 def busybox_image() -> str:
     require_docker()

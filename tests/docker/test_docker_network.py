@@ -82,6 +82,22 @@ def test_a_container_host_is_on_the_shaped_lan_and_leaves_nothing(tmp_path, busy
         # the rate too (net show reads the tc state back from the container's namespace)
         shown = json.loads(run_cli("net", "show", "--json", check=True).stdout)
         assert "a-h1" in json.dumps(shown)
+        # --container: the command runs inside the container as a trainer does (its PID namespace, whose first
+        # process is the keepalive; its files; its cgroups, so its --cpus/--memory limit it); without it,
+        # only the network namespace is the container's
+        inside = run_cli("net", "exec", "--container", "a-h1", "--", "sh", "-c",
+                         "tr '\\0' ' ' < /proc/1/cmdline; echo; ls /bin | wc -l; cat /proc/self/cgroup", timeout=60)
+        assert inside.returncode == 0, inside.stderr
+        first, nbin, *groups = inside.stdout.splitlines()
+        assert first.split() == ["sleep", "1000000000"], inside.stdout
+        assert int(nbin) <= 5, inside.stdout  # the busybox image's /bin, not this machine's
+        cid = c["Id"]
+        assert any(":memory:" in g and cid in g for g in groups), groups
+        outside = run_cli("net", "exec", "a-h1", "--", "sh", "-c", "tr '\\0' ' ' < /proc/1/cmdline", timeout=60)
+        assert outside.returncode == 0 and "sleep" not in outside.stdout, outside.stdout
+        # a process host or router has no container: named, exit 2
+        bad = run_cli("net", "exec", "--container", "b-h1", "--", "true", timeout=60)
+        assert bad.returncode == 2 and "not a container host" in bad.stderr, bad.stderr
     finally:
         down = run_cli("net", "down", timeout=120)
     assert down.returncode == 0, down.stderr

@@ -15,8 +15,7 @@ from testbed.experiments.runner import run_experiment
 from testbed.experiments.spec import parse_experiment
 from testbed.network import docker_hosts
 from testbed.network.cleanup import leftovers
-from tests.conftest import run_cli
-from tests.docker.conftest import require_docker
+from tests.docker.conftest import build_trainer_image
 from tests.experiments.test_real_runs import _link_tx, _span_wan
 
 pytestmark = [pytest.mark.root, pytest.mark.torch, pytest.mark.slow]
@@ -33,11 +32,7 @@ def spec(runtime: str) -> dict:
 
 @pytest.fixture(scope="module")
 def trainer_image() -> str:
-    """The testbed's own image, built as a user builds it (reused when its recipe is unchanged)."""
-    require_docker()
-    r = run_cli("image", "build", "--json", timeout=1800)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return json.loads(r.stdout)["name"]
+    return build_trainer_image()
 
 
 def shape_of(trial: Path) -> dict:

@@ -38,17 +38,22 @@ def test_only_complete_lines_are_copied_and_the_rest_follows_on_the_next_poll(tm
     (there / "samples").mkdir()
     (there / "samples" / "tcp-s2.jsonl").write_text('{"x": 1}\n')
     (there / "procs").mkdir()
-    (there / "procs" / "b-h1.json").write_text('{"exit": 0}\n')  # written once at exit: comes with the tar
+    (there / "procs" / "b-h1.worker.1.json").write_text('{"python": "3.11"}\n')  # written once, as it starts
+    (there / "procs" / "b-ps.server.2.json").write_text('{"python": "3.1')  # being written: not yet
     st.poll(LocalShell(), as_is)
     assert (here / "events" / "b-h1.worker.1.jsonl").read_bytes() == spans.read_bytes()
     assert (here / "metrics.csv").read_text() == "step,loss\n1,2.3\n"
     assert (here / "samples" / "tcp-s2.jsonl").read_text() == '{"x": 1}\n'
-    assert not (here / "procs").exists()
+    assert [p.name for p in (here / "procs").iterdir()] == ["b-h1.worker.1.json"]
+    assert (here / "procs" / "b-h1.worker.1.json").read_text() == '{"python": "3.11"}\n'
+    (there / "procs" / "b-ps.server.2.json").write_text('{"python": "3.11"}\n')
+    assert st.poll(LocalShell(), as_is) == 19  # the second process record, whole now
     assert st.poll(LocalShell(), as_is) == 0  # nothing new, nothing appended twice
     assert (here / "events" / "b-h1.worker.1.jsonl").read_bytes() == spans.read_bytes()
+    assert (here / "procs" / "b-ps.server.2.json").read_text() == '{"python": "3.11"}\n'
     rep = st.report(t0_ns=0, fetched=False)
-    assert rep["streamed_files"] == 3 and rep["streamed_bytes"] == sum(
-        f.stat().st_size for f in here.rglob("*") if f.is_file()) and rep["polls"] == 3
+    assert rep["streamed_files"] == 5 and rep["streamed_bytes"] == sum(
+        f.stat().st_size for f in here.rglob("*") if f.is_file()) and rep["polls"] == 4
     assert rep["streamed_until_s"] > 0 and "streamed" in rep["note"]
     assert "note" not in st.report(t0_ns=0, fetched=True)
 
@@ -73,6 +78,7 @@ def test_a_missing_directory_is_empty_and_names_from_elsewhere_are_refused(tmp_p
     assert st.take(b"5 0 ../../etc/x.jsonl\naGVsbG8K\n") == 0
     assert st.take(b"6 0 events/../../x.csv\naGVsbG8K\n") == 0
     assert not list((tmp_path).rglob("x.*"))
+    assert st.take(b"6 0 procs/../x.json\naGVsbG8K\n") == 0 and st.take(b"6 0 x.json\naGVsbG8K\n") == 0
     assert st.take(b"6 0 events/ok.jsonl\naGVsbG8K\n") == 6
     assert (tmp_path / "here" / "events" / "ok.jsonl").read_text() == "hello\n"
 
