@@ -27,7 +27,7 @@ mode: temporary nodes on their LANs; shape mode: the servers themselves).
 Container hosts (``runtime: docker``, emulate mode): every server that holds them is given the launcher's image
 first (:mod:`.images`); the launcher's containers mount the trial directory, every other server's its scratch
 directory; a remote trainer runs inside its container by ``net exec --until-eof --container`` (the image's
-``python3``, the container's limits, as on one machine), and the manifest's ``host_runtimes`` holds each
+``python3``, the container's limits, as on one machine), and the manifest's ``runtimes`` holds each
 container's image id and Python/torch as read on its own server.
 """
 

@@ -889,9 +889,11 @@ def register(sub: Any) -> None:
                          "they end with the launcher's connection, also when the launcher is killed")
     ex.add_argument("--container", action="store_true",
                     help="on a runtime: docker host, run COMMAND inside its container as a trainer runs: the "
-                         "image's files (python3 is the image's), the container's CPU and memory limits, the "
-                         "spec's env, no capability kept by the testbed's trainers; without it, only the "
-                         "container's network namespace is joined and the machine's own tools run (probes)")
+                         "image's files (python3 is the image's), its PID namespace, the container's CPU and "
+                         "memory limits, the spec's env (entered from the host as root: the testbed's trainers "
+                         "drop every capability themselves, TESTBED_DROP_CAPS=1; another command keeps them). "
+                         "Without it only the container's network namespace is joined and this machine's tools "
+                         "run (probes, ping, iperf3)")
     ex.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     ex.set_defaults(func=cmd_exec)
     ver = nsub.add_parser("verify", help="bring the network up, measure RTT and goodput over every link direction "
