@@ -309,9 +309,9 @@ class ClusterTrialNetwork:
         dc = self.topo.dc(self.plan.nodes[node].dc)
         if self.plan.nodes[node].role not in ("host", "ps") or dc.runtime != "docker":
             return None
-        from testbed.network.docker_hosts import DEFAULT_IMAGE, HostConfig
+        from testbed.network.docker_hosts import HostConfig
 
-        return HostConfig(dc.image or DEFAULT_IMAGE, dc.volumes, dc.env)
+        return HostConfig.of(dc)
 
     def container_pid(self, node: str) -> int | None:
         """A container's first process here (None on another server: nothing here to enter)."""

@@ -559,8 +559,8 @@ def _container_command(rec: dict[str, Any], node: str, cmd: list[str]) -> tuple[
                               "(runtime: docker hosts have one; routers and process hosts do not)",
                               "drop --container, or name a host of a runtime: docker DC")
     cgroups.join([Path(p) for p in docker_hosts.cgroup_procs(pid)])  # --cpus/--memory apply to the command
-    cfg = docker_hosts.HostConfig(dc.image or docker_hosts.DEFAULT_IMAGE, dc.volumes, dc.env)
-    return [*docker_hosts.trainer_prefix(pid), *cmd], docker_hosts.trainer_env(owned_env(node), cfg)
+    env = docker_hosts.trainer_env(owned_env(node), docker_hosts.HostConfig.of(dc))
+    return [*docker_hosts.trainer_prefix(pid), *cmd], env
 
 
 #: After stdin closed: how long the command has to end on SIGTERM before its process group is killed.

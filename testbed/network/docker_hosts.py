@@ -113,6 +113,14 @@ class HostConfig:
     memory: int | None = None
     gpus: tuple[int, ...] = ()  # device indices (testbed.network.gpus), handed over by Docker's NVIDIA runtime
 
+    @classmethod
+    def of(cls, dc: Any, cpu: float | None = None, memory: int | None = None,
+           gpus: tuple[int, ...] = ()) -> HostConfig:
+        """A container host's settings from its DC's spec (``image``, ``volumes``, ``env``) and what the plan
+        gives the host itself.  The one place a DC becomes a container's settings: the network that starts
+        it, ``net exec --container`` and a cluster launcher reading another server's all build it here."""
+        return cls(dc.image or DEFAULT_IMAGE, dc.volumes, dc.env, cpu, memory, gpus)
+
 
 def source_root() -> Path:
     """The project's tree (mounted read-only at the same path, so the same code runs inside)."""

@@ -523,8 +523,7 @@ class EmulatedNetwork:
         dc = self.topo.dc(plan.dc)
         if plan.role not in ("host", "ps") or dc.runtime != "docker":
             return None
-        return docker_hosts.HostConfig(dc.image or docker_hosts.DEFAULT_IMAGE, dc.volumes, dc.env,
-                                       plan.cpu, plan.memory, self.gpu_assignment.get(node, ()))
+        return docker_hosts.HostConfig.of(dc, plan.cpu, plan.memory, self.gpu_assignment.get(node, ()))
 
     def container_pid(self, node: str) -> int | None:
         """The pid of ``node``'s container's first process (None: not a container, or not built here).  On an
