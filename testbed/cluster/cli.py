@@ -167,9 +167,12 @@ def cmd_shape_up(args: argparse.Namespace) -> int:
 
     req = json.loads(sys.stdin.read())
     check_same_code(req.get("code"))
+    shared = [Path(d) for d in req.get("shared_dirs", [])]  # a container host's view of the trials' scratch
+    for d in shared:
+        d.mkdir(parents=True, exist_ok=True)
     rep = up(topology(req["topology"]), ServerShaping.from_dict(req["shaping"]), impairment=req["impairment"],
              allow_missing_netem=req["allow_missing_netem"], seed=req["seed"],
-             log=lambda m: print(m, file=sys.stderr, flush=True))
+             log=lambda m: print(m, file=sys.stderr, flush=True), shared_dirs=shared)
     print(json.dumps(rep))
     return 0
 

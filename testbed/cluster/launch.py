@@ -87,7 +87,7 @@ def up(topo: Topology, cluster: Cluster, *, impairment: str = "auto", allow_miss
 
     if cluster.mode == "shape":
         return up_shape(topo, cluster, impairment=impairment, allow_missing_netem=allow_missing_netem, seed=seed,
-                        log=log)
+                        log=log, shared_dirs=shared_dirs)
     placement = place(topo, cluster)
     each = parts(topo, cluster, placement)
     check_checkouts(cluster, [name for name in each if name != cluster.launcher], log)
@@ -146,21 +146,29 @@ def build_everywhere(cluster: Cluster, names: list[str], build_remote: Callable[
 
 
 def up_shape(topo: Topology, cluster: Cluster, *, impairment: str = "auto", allow_missing_netem: bool = False,
-             seed: int | None = None, log: Callable[[str], None] = _say) -> dict[str, Any]:
-    """Shape mode: every server that is a DC shapes its own egress (:mod:`.shaper`); same report shape as
-    :func:`up`, with ``mode: shape`` and each server's shaping.  On failure, every server is cleaned."""
+             seed: int | None = None, log: Callable[[str], None] = _say,
+             shared_dirs: list[Path] | None = None) -> dict[str, Any]:
+    """Shape mode: every server that is a DC shapes its own egress (:mod:`.shaper`) and starts its DC's
+    container hosts (mounting ``shared_dirs`` on the launcher, ``SCRATCH/<server>`` elsewhere; the launcher's
+    image sent first, as in :func:`up`); same report shape as :func:`up`, with ``mode: shape`` and each
+    server's shaping.  On failure, every server is cleaned."""
     from . import shaper, shaping
+    from .images import ensure as ensure_images
 
     plans = shaping.plan(topo, cluster)
     check_checkouts(cluster, [name for name in plans if name != cluster.launcher], log)
-    report: dict[str, Any] = {"mode": "shape", "placement": {"assignment": {p.dc: n for n, p in plans.items()}},
+    assignment = {p.dc: n for n, p in plans.items()}
+    report: dict[str, Any] = {"mode": "shape", "placement": {"assignment": assignment},
                               "shaping": {n: p.to_dict() for n, p in plans.items()}}
+    images = ensure_images(topo, cluster, assignment, log)  # before the clock: up_s is the build's
+    if images:
+        report["images"] = images
     t0 = time.monotonic()
     report["servers"] = build_everywhere(
         cluster, list(plans),
         lambda name: _shape_remote(topo, cluster, plans[name], impairment, allow_missing_netem, seed, log),
         lambda: shaper.up(topo, plans[cluster.launcher], impairment=impairment,
-                          allow_missing_netem=allow_missing_netem, seed=seed, log=log),
+                          allow_missing_netem=allow_missing_netem, seed=seed, log=log, shared_dirs=shared_dirs or ()),
         log, "a server's shaping failed: cleaning every server")
     report["up_s"] = time.monotonic() - t0
     return report
@@ -172,7 +180,8 @@ def _shape_remote(topo: Topology, cluster: Cluster, plan: Any, impairment: str, 
     server = cluster.server(plan.server)
     log(f"{plan.server}: shaping DC {plan.dc}'s egress to {len(plan.egress)} DC(s) over ssh")
     payload = json.dumps({"topology": topo.to_dict(), "shaping": plan.to_dict(), "impairment": impairment,
-                          "allow_missing_netem": allow_missing_netem, "seed": seed, "code": code_state()})
+                          "allow_missing_netem": allow_missing_netem, "seed": seed, "code": code_state(),
+                          "shared_dirs": [f"{SCRATCH}/{plan.server}"]})
     return _remote_build(cluster, server, ["cluster", "shape-up"], payload)
 
 

@@ -148,15 +148,20 @@ def _nic_mtu(address: str) -> int | None:
 
 
 def up(topo: Topology, s: ServerShaping, *, impairment: str = "auto", allow_missing_netem: bool = False,
-       seed: int | None = None, log: Any = None) -> dict[str, Any]:
-    """Build this server's shaping; returns its report.  On any failure everything built is removed."""
+       seed: int | None = None, log: Any = None, shared_dirs: Any = ()) -> dict[str, Any]:
+    """Build this server's shaping, then its DC's container hosts (``runtime: docker``; :mod:`.shape_hosts`,
+    mounting ``shared_dirs``: where a trial's records are written on this server); returns its report.  On
+    any failure everything built is removed."""
     from ..network import impairment as uimp
     from ..network.emulation import check_backend_features, choose_impairment
+    from . import shape_hosts
 
     say = log or (lambda m: None)
     t0 = time.monotonic()
     check_machine(s)
     devices = gpu_assignment(topo, s)
+    containers = shape_hosts.hosts_of(topo, s.dc, devices)
+    shape_hosts.check(topo, s.dc, containers)
     imp = choose_impairment(topo, impairment, allow_missing_netem, seed=seed)
     check_backend_features(topo, imp)
     for e in s.egress:  # what a later `net set` is refused for, refused here too
@@ -182,10 +187,12 @@ def up(topo: Topology, s: ServerShaping, *, impairment: str = "auto", allow_miss
                                 "state_dir": str(d.state_dir)})
         record = {"mode": "shape", "server": s.server, "topology": topo.name, "topology_spec": topo.to_dict(),
                   "shaping": s.to_dict(),
-                  "impairment": imp.to_dict(), "daemons": daemons, "table": TABLE, "pref": PREF}
+                  "impairment": imp.to_dict(), "daemons": daemons, "table": TABLE, "pref": PREF,
+                  "containers": {n: s.dc for n in containers}}
         path = state_path()
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record, indent=2))
+        shape_hosts.start(containers, [Path(d) for d in shared_dirs], say)  # after the state: down() finds them
     except BaseException:
         say(f"{s.server}: shaping failed: removing what was built")
         down()
@@ -194,7 +201,8 @@ def up(topo: Topology, s: ServerShaping, *, impairment: str = "auto", allow_miss
 
     report = {"dcs": [s.dc], "ifname": ifname, "nodes": 0, "tunnels": 0, "egress": len(s.egress), "impairment": imp.backend,
               "skipped": list(imp.skipped) + lan_not_emulated(topo, s.dc), "daemons": daemons, "up_s": time.monotonic() - t0,
-              "applied": read_back(s), "gpus": {n: list(d) for n, d in devices.items()}}
+              "applied": read_back(s), "gpus": {n: list(d) for n, d in devices.items()},
+              "containers": sorted(containers)}
     if devices:  # which devices those are (model, memory): servers of a cluster need not be alike
         from ..network.gpus import machine_gpus
 
@@ -413,10 +421,12 @@ def down() -> list[str]:
     """Remove everything shape mode made on this machine (what ``testbed clean`` also finds); what went."""
     import shutil
 
-    from ..network import cleanup
+    from ..network import cleanup, docker_hosts
     from ..network.impairment import IMPAIR_DIR
 
-    removed = root_leftovers()
+    # the DC's container hosts first (their trainers go with them); in shape mode no other network is up here
+    removed = [f"container {n}" for n in docker_hosts.remove_all()]
+    removed += root_leftovers()
     remove_root_objects()
     ns = netns()
     if ns in cleanup.owned_netns():

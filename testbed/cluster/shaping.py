@@ -181,15 +181,20 @@ def path_shape(topo: Topology, src: str, dst: str, path: tuple[str, ...] | None 
 def check_topology(topo: Topology) -> None:
     """What shape mode cannot give a topology, refused by field.  A LAN *rate* alone is not refused (the
     bundled topologies give every LAN one): it is not emulated, and every report says so
-    (:func:`lan_not_emulated`); a LAN's delay, jitter or loss would change what a trial measures, and is."""
+    (:func:`lan_not_emulated`); a LAN's delay, jitter or loss would change what a trial measures, and is.
+    So is ``cpu:``/``memory:`` on a process host: its trainer is a process of the whole server, and nothing
+    would hold it to the limit (a container host gets its limits: :mod:`.shape_hosts`)."""
     for i, d in enumerate(topo.dcs):
+        for key in ("cpu", "memory"):
+            if d.runtime == "process" and getattr(d, key) is not None and (d.hosts > 0 or topo.ps == d.name):
+                raise ValidationError(f"dcs[{i}].{key}", f"DC {d.name}'s hosts are processes of its server in shape "
+                                      f"mode: nothing would hold them to {key}:",
+                                      f"runtime: docker (a container host gets its {key}: limit), drop {key}: (the "
+                                      "server is the host), or use mode: emulate")
         if replace(d.lan, rate_bps=None) != DEFAULT_LAN:
             raise ValidationError(f"dcs[{i}].lan", f"DC {d.name}'s LAN is shaped ({d.lan.describe()}); in shape mode "
                                   "a DC is one server and its hosts talk over its loopback",
                                   "drop the DC's lan: shape (a rate alone is allowed, and noted), or use mode: emulate")
-        if d.runtime != "process":
-            raise ValidationError(f"dcs[{i}].runtime", "containers in shape mode are not built yet",
-                                  "runtime: process (trainers run on the server), or use mode: emulate")
 
 
 def plan(topo: Topology, cluster: Cluster) -> dict[str, ServerShaping]:

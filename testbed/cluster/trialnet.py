@@ -562,6 +562,14 @@ class ShapeTrialNetwork(ClusterTrialNetwork):
         return uimp.health_report(self.userspace)
 
     def _popen_local_trainer(self, node: str, argv: list[str], env: dict[str, str], **kw: Any) -> Any:
+        from testbed.network import docker_hosts
+        from testbed.network.emulation import owned_env
+
+        cfg, pid = self.docker_config(node), self.container_pid(node)
+        if cfg is not None:  # in its container, which shares the server's network (shape_hosts)
+            if pid is None:
+                raise RuntimeError(f"{node}: its container ({docker_hosts.container_name(node)}) is not running")
+            return docker_hosts.popen_in(pid, cfg, argv, owned_env(node, env), **kw)
         p = self.view.popen(node, argv, env=env, **kw)
         p.trainer_pid = p.pid
         return p
@@ -610,11 +618,36 @@ class ShapeTrialNetwork(ClusterTrialNetwork):
                                   "cut": sorted(f"{self.plans[n].dc}->{d}" for n, c in change.cut.items() for d in c)})
         self._note_state(event)
 
-    def docker_config(self, node: str) -> None:
-        return None  # no containers in shape mode (refused by shaping.check_topology)
+    def docker_config(self, node: str) -> Any:
+        """A container host's settings (:mod:`.shape_hosts`; None: a process host), on whichever server."""
+        from testbed.network.docker_hosts import HostConfig
+
+        n = self.plan.nodes.get(node)
+        dc = self.topo.dc(n.dc) if n is not None else None
+        return HostConfig.of(dc) if dc is not None and dc.runtime == "docker" else None
+
+    def container_pid(self, node: str) -> int | None:
+        """A container's first process on the launcher (None on another server, or not a container)."""
+        from testbed.network import docker_hosts
+
+        if self.docker_config(node) is None or not self.is_local(node):
+            return None
+        return docker_hosts.running_pid(node)
 
     def host_runtimes(self) -> dict[str, Any]:
-        return {}
+        """Per container host on every server: the image and the id its container runs, the image's Python and
+        torch (the other servers' read there over ssh, as in emulate mode)."""
+        from testbed.network import docker_hosts
+
+        out = super().host_runtimes()
+        for node in self.plan.nodes:
+            cfg = self.docker_config(node)
+            if cfg is None or not self.is_local(node):
+                continue
+            out[node] = {"runtime": "docker", "image": cfg.image, "image_id": docker_hosts.running_image_id(node),
+                         "container": docker_hosts.container_name(node), "server": self.cluster.launcher,
+                         **docker_hosts.versions(node)}
+        return out
 
     def record(self) -> dict[str, Any]:
         out = super().record()

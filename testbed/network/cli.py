@@ -302,6 +302,12 @@ def _show_shaped(args: argparse.Namespace, out: dict[str, Any]) -> int:
 
     for key, v in out["links"].items():
         print(f"  {key:12} (to {v['to_server']}{relays(v)}) {_describe_kernel(v)}")
+    if rec.get("containers"):  # the DC's container hosts (shape_hosts): `net exec --container NODE` enters one
+        from . import docker_hosts
+
+        running = set(docker_hosts.owned())
+        print("  container hosts (host network): " + ", ".join(
+            n + ("" if docker_hosts.container_name(n) in running else " (GONE)") for n in rec["containers"]))
     for h in out["impairment_health"]:
         print("  " + _daemon_line(h))
     return 1 if failing else 0
@@ -503,9 +509,18 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
     shaped = shaper.read_state() if rec is None else None
     if shaped is not None:  # shape mode: the one node is this server itself (its own namespace)
+        here = shaped.get("containers") or {}
+        if args.container:  # or one of its DC's container hosts (shape_hosts), entered as a trainer is
+            argv, env = _container_command(shaped["topology_spec"], here.get(args.node), args.node, cmd)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            if args.until_eof:
+                return _run_until_eof(argv, env)
+            os.execvpe(argv[0], argv, env)
         if args.node != shaped["server"]:
             raise ValidationError("net exec", f"this server is {shaped['server']!r} in shape mode: no node "
-                                  f"{args.node!r}", f"use: testbed net exec {shaped['server']} -- COMMAND")
+                                  f"{args.node!r}", f"use: testbed net exec {shaped['server']} -- COMMAND"
+                                  + (f", or --container with one of {', '.join(here)}" if here else ""))
         sys.stdout.flush()
         sys.stderr.flush()
         if args.until_eof:
@@ -519,7 +534,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         raise ValidationError("net exec", f"no node {args.node!r} in the running network",
                               "use one of: " + ", ".join(rec["nodes"]))
     if args.container:
-        argv, env = _container_command(rec, args.node, cmd)
+        argv, env = _container_command(rec["topology"], rec["nodes"].get(args.node, {}).get("dc"), args.node, cmd)
         sys.stdout.flush()
         sys.stderr.flush()
         if args.until_eof:
@@ -544,15 +559,16 @@ def cmd_exec(args: argparse.Namespace) -> int:
     return 127  # not reached
 
 
-def _container_command(rec: dict[str, Any], node: str, cmd: list[str]) -> tuple[list[str], dict[str, str]]:
-    """``net exec --container``: argv and environment that run ``cmd`` in ``node``'s container the way a trainer
-    runs there (``EmulatedNetwork.popen_trainer``); this process joins the container's cgroups first."""
+def _container_command(topo_spec: dict[str, Any], dc_name: str | None, node: str,
+                       cmd: list[str]) -> tuple[list[str], dict[str, str]]:
+    """``net exec --container``: argv and environment that run ``cmd`` in ``node``'s container (of DC
+    ``dc_name``; None: not a node of this network) the way a trainer runs there (``docker_hosts.popen_in``);
+    this process joins the container's cgroups first."""
     from topologies.model import from_dict
 
     from . import docker_hosts
 
-    topo = from_dict(rec["topology"])
-    dc = topo.dc(rec["nodes"][node]["dc"]) if node in rec["nodes"] else None
+    dc = from_dict(topo_spec).dc(dc_name) if dc_name is not None else None
     pid = docker_hosts.running_pid(node) if dc is not None and dc.runtime == "docker" else None
     if pid is None:
         raise ValidationError("net exec --container", f"{node} is not a container host of the running network "
@@ -893,7 +909,8 @@ def register(sub: Any) -> None:
                          "memory limits, the spec's env (entered from the host as root: the testbed's trainers "
                          "drop every capability themselves, TESTBED_DROP_CAPS=1; another command keeps them). "
                          "Without it only the container's network namespace is joined and this machine's tools "
-                         "run (probes, ping, iperf3)")
+                         "run (probes, ping, iperf3). On a server of a shape-mode cluster, NODE is one of its "
+                         "DC's container hosts (they share the server's network)")
     ex.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     ex.set_defaults(func=cmd_exec)
     ver = nsub.add_parser("verify", help="bring the network up, measure RTT and goodput over every link direction "

@@ -127,11 +127,16 @@ def source_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def run_argv(node: str, cfg: HostConfig, shared: list[Path]) -> list[str]:
-    """``docker run`` for ``node``: detached, no network, no capability, labelled, limited as the spec says."""
-    argv = ["run", "--detach", "--name", container_name(node), "--hostname", node,
+def run_argv(node: str, cfg: HostConfig, shared: list[Path], network: str = "none") -> list[str]:
+    """``docker run`` for ``node``: detached, no capability, labelled, limited as the spec says.
+
+    ``network``: ``none`` on an emulated network (the testbed moves veths into the container's namespace);
+    ``host`` in shape mode, where a DC's hosts are its server and their traffic must leave through the
+    server's own per-destination shaper (Docker refuses a hostname of its own there: the server's is kept)."""
+    argv = ["run", "--detach", "--name", container_name(node),
+            *(["--hostname", node] if network == "none" else []),
             "--label", f"{LABEL}={naming.PREFIX}", "--label", f"{LABEL}.node={node}",
-            "--network", "none", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+            "--network", network, "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
             "--volume", f"{source_root()}:{source_root()}:ro"]
     for d in shared:
         argv += ["--volume", f"{d}:{d}:rw"]
@@ -150,12 +155,13 @@ def run_argv(node: str, cfg: HostConfig, shared: list[Path]) -> list[str]:
     return argv + ["--entrypoint", KEEPALIVE[0], cfg.image, *KEEPALIVE[1:]]
 
 
-def start(node: str, cfg: HostConfig, shared: list[Path]) -> tuple[str, int]:
-    """Start ``node``'s container; (its id, the pid of its first process in the host's pid namespace)."""
+def start(node: str, cfg: HostConfig, shared: list[Path], network: str = "none") -> tuple[str, int]:
+    """Start ``node``'s container (``network``: :func:`run_argv`); (its id, the pid of its first process in
+    the host's pid namespace)."""
     if image_id(cfg.image) is None:
         raise DockerError(f"image {cfg.image!r} (for {node}) is not in the Docker daemon; build the testbed's "
                           f"with `testbed image build` or name one that exists (docker images)")
-    r = _docker(*run_argv(node, cfg, shared), timeout=120)
+    r = _docker(*run_argv(node, cfg, shared, network), timeout=120)
     cid = r.stdout.strip().splitlines()[-1]
     state = json.loads(_docker("inspect", "--format", "{{json .State}}", cid).stdout)
     if not state.get("Running") or not state.get("Pid"):
@@ -170,6 +176,25 @@ def running_pid(node: str) -> int | None:
     r = _docker("inspect", "--format", "{{.State.Pid}}", container_name(node), check=False, timeout=30)
     pid = r.stdout.strip() if r.returncode == 0 else ""
     return int(pid) if pid.isdigit() and int(pid) > 0 else None
+
+
+def running_image_id(node: str) -> str | None:
+    """The id of the image ``node``'s container runs (None: no such container)."""
+    r = _docker("inspect", "--format", "{{.Image}}", container_name(node), check=False, timeout=30)
+    return r.stdout.strip() or None if r.returncode == 0 else None
+
+
+def popen_in(pid: int, cfg: HostConfig, argv: list[str], env: dict[str, str], **kw: Any) -> Any:
+    """Start a trainer inside the container whose first process is ``pid``: its namespaces (so ``python3`` is
+    the image's), its cgroups (its --cpus/--memory), the spec's ``env``.  ``argv[0]`` is the interpreter,
+    replaced by ``python3``; the job's paths are absolute (the project's tree is mounted at its own path).
+    The Popen's ``trainer_pid`` is the trainer's own pid (``nsenter``'s child); signals reach both."""
+    argv = [*trainer_prefix(pid), "python3", *argv[1:]]
+    kw.setdefault("preexec_fn", trainer_preexec(pid))
+    kw.pop("cwd", None)
+    p = subprocess.Popen(argv, env=trainer_env(env, cfg), start_new_session=True, **kw)
+    p.trainer_pid = child_pid(p.pid)  # type: ignore[attr-defined]
+    return signal_group(p)
 
 
 def _daemon_reachable() -> bool:

@@ -548,17 +548,8 @@ class EmulatedNetwork:
             p = self.popen(node, argv, env=env, **kw)
             p.trainer_pid = p.pid
             return p
-        # the project's tree is mounted at its own path inside (on PYTHONPATH); the job's paths are absolute
-        argv = [*docker_hosts.trainer_prefix(pid), "python3", *argv[1:]]
-        env = docker_hosts.trainer_env(env, cfg)
-        kw.setdefault("preexec_fn", docker_hosts.trainer_preexec(pid))
-        kw.pop("cwd", None)
-        if node in self.nodes:
-            p = self.nodes[node].popen(argv, env=env, mncmd=[], start_new_session=True, **kw)
-        else:  # attached: no Mininet node here, and none needed (nsenter enters every namespace itself)
-            p = subprocess.Popen(argv, env=env, start_new_session=True, **kw)
-        p.trainer_pid = docker_hosts.child_pid(p.pid)  # the trainer itself (samplers, progress)
-        return docker_hosts.signal_group(p)
+        # nsenter enters every namespace itself: the Mininet node (absent on an attached network) is not needed
+        return docker_hosts.popen_in(pid, cfg, argv, env, **kw)
 
     def netns(self, node: str) -> str:
         return naming.netns_name(node)

@@ -81,7 +81,7 @@ def test_a_dcs_gpus_must_fit_its_servers_where_the_file_says_how_many():
     assert placement(topo, from_dict({"mode": "shape", "servers": unsaid})) == {"a": "s1", "c": "s2"}
 
 
-def test_plan_round_trips_and_refuses_lan_shapes_and_containers():
+def test_plan_round_trips_and_refuses_lan_shapes():
     p = plan(relay(), cluster(2))
     assert [e.dst_dc for e in p["s1"].egress] == ["c"] and p["s2"].egress[0].address == "10.0.0.1"
     assert ServerShaping.from_dict(json.loads(json.dumps(p["s2"].to_dict()))) == p["s2"]
@@ -219,3 +219,29 @@ def test_a_link_down_cuts_only_the_paths_whose_routes_cross_it():
     assert cut.cut == {"s1": ["b", "c"], "s2": ["a"], "s3": ["a"]}
     assert json.loads(cut.payload("s2"))["cut"] == ["a"] and json.loads(cut.payload("s2"))["links_down"] == ["a<->b"]
     assert crosses(("c", "b", "a"), ["a<->b"]) and not crosses(("c", "b"), ["a<->b"])
+
+
+def test_a_docker_dcs_hosts_and_its_parameter_server_are_containers_on_its_server_sharing_its_network(tmp_path):
+    from testbed.cluster import shape_hosts
+    from testbed.network import docker_hosts
+
+    t = topology({**relay().to_dict(), "ps": "c",
+                  "dcs": [{"name": "a", "hosts": 2, "runtime": "docker", "image": "me/t:1", "cpu": 0.5,
+                           "env": {"X": "1"}},
+                          {"name": "b", "hosts": 0}, {"name": "c", "hosts": 1, "runtime": "docker"}]})
+    assert set(plan(t, cluster(2))) == {"s1", "s2"}  # shape mode takes containers, with their limits
+    for key, value in (("cpu", 0.5), ("memory", "1GiB")):  # a process host's would bind nothing: refused
+        proc = topology({**t.to_dict(), "dcs": [{"name": "a", "hosts": 2, key: value}, {"name": "b", "hosts": 0},
+                                                {"name": "c", "hosts": 1, "runtime": "docker"}]})
+        with pytest.raises(ValidationError) as e:
+            plan(proc, cluster(2))
+        assert e.value.field == f"dcs[0].{key}" and "runtime: docker" in str(e.value), e.value
+    a = shape_hosts.hosts_of(t, "a", {"a-h2": (1,)})
+    assert set(a) == {"a-h1", "a-h2"}
+    assert a["a-h1"] == docker_hosts.HostConfig("me/t:1", (), (("X", "1"),), 0.5, None, ())
+    assert a["a-h2"].gpus == (1,)
+    assert set(shape_hosts.hosts_of(t, "c")) == {"c-h1", "c-ps"}  # the parameter server's DC holds it
+    assert shape_hosts.hosts_of(relay(), "a") == {}  # process hosts: no container
+    argv = " ".join(docker_hosts.run_argv("a-h1", a["a-h1"], [tmp_path], network="host"))
+    assert "--network host" in argv and "--hostname" not in argv and "--cap-drop ALL" in argv
+    assert "--cpus 0.5" in argv and f"--volume {tmp_path}:{tmp_path}:rw" in argv
