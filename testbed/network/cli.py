@@ -835,7 +835,8 @@ def register(sub: Any) -> None:
                     help="spread the DCs over the servers of this cluster file (README \"Several servers\"): each "
                          "server builds its DCs over ssh, WAN links between servers become VXLAN tunnels shaped as "
                          "on one machine (mode: emulate); or, with mode: shape, each server is one DC's host and "
-                         "its own traffic to every other DC is shaped to the path between them")
+                         "its own traffic to every other DC is shaped to the path between them (a runtime: docker "
+                         "DC's hosts are containers on its server sharing its network)")
     up.add_argument("--json", action="store_true", help="with --cluster: print every server's report as JSON")
     up.set_defaults(func=cmd_up)
     down = nsub.add_parser("down", help="remove the network (everything named tb-*, testbed processes)")
