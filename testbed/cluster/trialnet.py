@@ -410,6 +410,7 @@ class ClusterTrialNetwork:
         # its records go to the scratch directory; its clock zero is the launcher's t0 read on its clock
         job["out_dir"] = remote_dir
         job["t0_ns"] = int(job["t0_ns"]) + self.offsets_ns.get(server, 0)
+        job["clock"] = None  # the launcher's clock mapping is not its server's: it reads its own
         remote_job = f"{remote_dir}/jobs/{job_path.name}"
         self.view.remote(server).run(as_root(self.cluster.server(server), ["sh", "-c", f"cat > {shlex.quote(remote_job)}"]),
                                      input=json.dumps(job), timeout=60)

@@ -33,6 +33,9 @@ Job file fields (JSON object):
                     step), ``cv``, ``message_floats`` (padding); see ``training.compute``
 ``out_dir``         the trial directory (events/, metrics.csv, models/ go there)
 ``t0_ns``           ``time.time_ns()`` at trial start, the zero of every ``ts``
+``clock``           ``{boot_id, offset_ns}``: the wall-from-monotonic mapping every process on the
+                    launching machine shares (``collect.recorder.clock_anchor``; null or another
+                    boot id: the process reads its own)
 ``lr``              the learning rate(s) the processes use and why (``testbed.training.lr``:
                     rule, base lr and batch, workers per update, lr per update or per
                     server client); processes apply this record
@@ -48,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from testbed.collect.recorder import clock_anchor
 from testbed.training.compute import resolve as resolve_compute
 from testbed.training.config import DelayDist, TrainingConfig, validate_training
 from testbed.training.lr import resolve
@@ -107,6 +111,7 @@ class Job:
     server_dc: str | None = None  # the parameter server's DC (byte accounting: does a push cross the WAN?)
     compute: dict[str, Any] | None = None  # resolved training.compute for this process (compute.resolve)
     lr: dict[str, Any] | None = None  # testbed.training.lr.LrResolution.to_dict(); None = resolve from training
+    clock: dict[str, Any] | None = None  # collect.recorder.clock_anchor() of the launching machine
 
     @property
     def name(self) -> str:
@@ -198,6 +203,7 @@ def make_jobs(
         "out_dir": str(out_dir),
         "t0_ns": int(t0_ns),
         "lr": resolve(tc, n, groups).to_dict(),
+        "clock": clock_anchor(),
     }
     jobs = []
     for r, w in enumerate(workers):

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from testbed.collect.recorder import Recorder, events_path
+from testbed.collect.recorder import Recorder, anchored_offset, events_path
 from testbed.training.compute import Accelerator, draw_delay
 from testbed.training.flat import FlatModel
 from testbed.training.jobs import Job, process_record_path
@@ -132,7 +132,8 @@ def make_recorder(job: Job, device: torch.device | None = None) -> Recorder:
     """The process's span writer; every span names the scheme and, when given, the device that ran it."""
     static = {"scheme": job.training.scheme.name, **({"device": str(device)} if device is not None else {})}
     return Recorder(events_path(job.out_dir, job.host, job.role, job.rank), host=job.host, dc=job.dc,
-                    rank=job.rank, role=job.role, t0_ns=job.t0_ns, static=static)
+                    rank=job.rank, role=job.role, t0_ns=job.t0_ns, static=static,
+                    offset_ns=anchored_offset(job.clock))
 
 
 class Slowdown:

@@ -44,3 +44,26 @@ def test_classify(tmp_path: Path) -> None:
     assert classify_dir(tmp_path / "exp") == "experiment"
     assert classify_dir(tmp_path / "exp" / "run") == "run"
     assert classify_dir(tmp_path / "exp" / "run" / "trials" / "asp-r0") == "trial"
+
+
+def test_processes_sharing_the_clock_anchor_agree_when_the_wall_clock_is_slewed_between_their_starts(monkeypatch):
+    """Two processes of a trial start seconds apart while the wall clock is being corrected (measured on these
+    machines: 5 ms/s for 25 s).  Each reading its own wall-from-monotonic offset, they disagree on "now" by what
+    the clock moved in between; sharing the launcher's anchor (the job's ``clock``), they agree exactly."""
+    import time
+
+    from testbed.collect.recorder import Recorder, anchored_offset, clock_anchor
+
+    anchor = clock_anchor()
+    first = Recorder(None, host="a", role="worker", rank=0, t0_ns=0, flush_interval_s=0,
+                     offset_ns=anchored_offset(anchor))
+    own_first = Recorder(None, host="a", role="worker", rank=0, t0_ns=0, flush_interval_s=0)
+    real = time.time_ns
+    monkeypatch.setattr(time, "time_ns", lambda: real() + 40_000_000)  # the wall clock moved 40 ms
+    later = Recorder(None, host="b", role="worker", rank=1, t0_ns=0, flush_interval_s=0,
+                     offset_ns=anchored_offset(anchor))
+    own_later = Recorder(None, host="b", role="worker", rank=1, t0_ns=0, flush_interval_s=0)
+    assert later._offset == first._offset  # noqa: SLF001 (one mapping)
+    assert abs((own_later._offset - own_first._offset) - 40_000_000) < 5_000_000  # noqa: SLF001 (the defect)
+    # another machine (another boot id) cannot use the launcher's mapping: it reads its own
+    assert anchored_offset({**anchor, "boot_id": "another-machine"}) is None and anchored_offset(None) is None
