@@ -300,6 +300,23 @@ def write(d, spec, name="cluster.yaml"):
     return f
 
 
+def run_trials(spec: Path, cluster: Path, results: Path, count: int, timeout: float) -> list[tuple[Path, dict]]:
+    """``testbed run SPEC --cluster FILE`` as a user runs it (a separate process); each trial's directory and
+    manifest, every one asserted ok."""
+    from tests.conftest import run_cli
+
+    r = run_cli("run", str(spec), "--cluster", str(cluster), "--results", str(results), "--json", timeout=timeout)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    trials = [Path(t["dir"]) for t in json.loads(r.stdout)["trials"]]
+    assert len(trials) == count, trials
+    out = []
+    for trial in trials:
+        m = json.loads((trial / "manifest.json").read_text())
+        assert m["status"] == "ok", m["reason"]
+        out.append((trial, m))
+    return out
+
+
 def on_s2(standins, cmd: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """A shell command on the stand-in, over ssh (as the testbed reaches it)."""
     return subprocess.run(["ssh", *standins.ssh_options(), f"root@{standins.servers[0].address}", cmd],

@@ -26,6 +26,7 @@ from tests.cluster.standins import (
     kill_cli_when,
     local_namespaces,
     on_s2,
+    run_trials,
     running,
     s2_state,
     write,
@@ -213,14 +214,7 @@ def test_bsp_and_gsyn_in_shape_mode_train_in_containers_through_the_shapers(stan
     ours = docker_hosts.image_id(image)
     spec = write(tmp_path, dict(SPEC, name="shaped-docker", topology=SHAPED), "shaped.yaml")
     cluster = write(tmp_path, standins.cluster(mode="shape"))
-    r = run_cli("run", str(spec), "--cluster", str(cluster), "--results", str(tmp_path / "results"), "--json",
-                timeout=1200)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
-    trials = [Path(t["dir"]) for t in json.loads(r.stdout)["trials"]]
-    assert len(trials) == 2
-    for trial in trials:
-        m = json.loads((trial / "manifest.json").read_text())
-        assert m["status"] == "ok", m["reason"]
+    for trial, m in run_trials(spec, cluster, tmp_path / "results", 2, timeout=1200):
         assert m["cluster"]["mode"] == "shape" and m["cluster"]["images"]["s2"][image]["id"] == ours
         runtimes = m["runtimes"]
         want = {"a-h1", "a-h2", "c-h1", "c-ps"}

@@ -20,6 +20,7 @@ from tests.cluster.standins import (
     PLACEMENT,
     local_namespaces,
     on_s2,
+    run_trials,
     running,
     s2_state,
     write,
@@ -400,14 +401,7 @@ RELAY = {"name": "relay3", "ps": "c",
 def test_bsp_and_gsyn_in_shape_mode_run_on_the_servers_through_their_shapers(standins, tmp_path):
     spec = write(tmp_path, dict(SPEC, name="shaped", topology=RELAY), "shaped.yaml")
     cluster = write(tmp_path, standins.cluster(mode="shape"))
-    r = run_cli("run", str(spec), "--cluster", str(cluster), "--results", str(tmp_path / "results"), "--json",
-                timeout=900)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
-    trials = [Path(t["dir"]) for t in json.loads(r.stdout)["trials"]]
-    assert len(trials) == 2
-    for trial in trials:
-        m = json.loads((trial / "manifest.json").read_text())
-        assert m["status"] == "ok", m["reason"]
+    for trial, m in run_trials(spec, cluster, tmp_path / "results", 2, timeout=900):
         names = {p["name"] for p in m["processes"]}
         assert {n.split(".")[0] for n in names} == {"a-h1", "a-h2", "c-h1"} | ({"c-ps"} if m["label"] == "gsyn"
                                                                               else set()), names
