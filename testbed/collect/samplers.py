@@ -23,6 +23,11 @@ Why it is built this way:
   crash (at worst a half-written last line, which the readers skip).
 * One last sample is taken on ``stop()`` so cumulative counters cover the
   whole trial.
+* A tick's ``ts`` is the monotonic clock mapped to wall time by one offset
+  (the trial's clock anchor, ``collect.recorder.clock_anchor``; read once at
+  construction without one), as the trainers' spans are: read from the wall
+  clock at each tick it drifted from them while NTP slewed it (measured 5 ms/s
+  here), and a link sample could land tens of ms off the span it explains.
 """
 
 from __future__ import annotations
@@ -59,11 +64,13 @@ class PeriodicSampler:
     name = "sampler"
 
     def __init__(self, out_path: str | os.PathLike[str], t0_ns: int | None = None,
-                 rate_hz: float = DEFAULT_RATE_HZ) -> None:
+                 rate_hz: float = DEFAULT_RATE_HZ, *, offset_ns: int | None = None) -> None:
         if rate_hz <= 0:
             raise ValueError(f"rate_hz must be > 0, got {rate_hz}")
         self.out_path = Path(out_path)
         self.t0_ns = time.time_ns() if t0_ns is None else int(t0_ns)
+        # wall = perf_counter + offset: the trial's anchor, shared with its trainers' recorders
+        self.offset_ns = time.time_ns() - time.perf_counter_ns() if offset_ns is None else int(offset_ns)
         self.rate_hz = float(rate_hz)
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -155,7 +162,7 @@ class PeriodicSampler:
         c0 = time.thread_time()
         w0 = time.perf_counter()
         try:
-            records = self._sample(time.time_ns() - self.t0_ns)
+            records = self._sample(time.perf_counter_ns() + self.offset_ns - self.t0_ns)
         except Exception as exc:  # keep sampling; a run must not die of its collector
             records = []
             self._error(f"{type(exc).__name__}: {exc}")
@@ -364,8 +371,8 @@ class LinkSampler(PeriodicSampler):
 
     def __init__(self, out_path: str | os.PathLike[str], targets: Iterable[LinkTarget],
                  t0_ns: int | None = None, rate_hz: float = DEFAULT_RATE_HZ,
-                 counters: str = "auto") -> None:
-        super().__init__(out_path, t0_ns, rate_hz)
+                 counters: str = "auto", *, offset_ns: int | None = None) -> None:
+        super().__init__(out_path, t0_ns, rate_hz, offset_ns=offset_ns)
         if counters not in ("auto", "procfs", "netlink"):
             raise ValueError(f"counters must be auto, procfs or netlink, got {counters!r}")
         self.counters = counters
@@ -447,8 +454,9 @@ class ProcSampler(PeriodicSampler):
     name = "procs"
 
     def __init__(self, out_path: str | os.PathLike[str], targets: Iterable[ProcTarget] = (),
-                 t0_ns: int | None = None, rate_hz: float = DEFAULT_RATE_HZ) -> None:
-        super().__init__(out_path, t0_ns, rate_hz)
+                 t0_ns: int | None = None, rate_hz: float = DEFAULT_RATE_HZ, *,
+                 offset_ns: int | None = None) -> None:
+        super().__init__(out_path, t0_ns, rate_hz, offset_ns=offset_ns)
         self._lock = threading.Lock()
         self._procs: dict[int, tuple[ProcTarget, Any]] = {}
         self.exited: list[ProcTarget] = []
@@ -512,15 +520,20 @@ class SamplerSet:
     def __init__(self, trial_dir: str | os.PathLike[str], t0_ns: int,
                  links: Iterable[LinkTarget] = (), procs: Iterable[ProcTarget] = (),
                  rate_hz: float = DEFAULT_RATE_HZ, proc_rate_hz: float | None = None,
-                 tcp: Iterable[Any] = (), suffix: str = "") -> None:
+                 tcp: Iterable[Any] = (), suffix: str = "", offset_ns: int | None = None) -> None:
         from .tcp_sampler import TcpSampler
+
+        if offset_ns is None:  # one mapping for the three samplers, at least
+            offset_ns = time.time_ns() - time.perf_counter_ns()
 
         samples = Path(trial_dir) / "samples"
         links = list(links)
         tcp = list(tcp)
-        self.links = LinkSampler(samples / f"links{suffix}.jsonl", links, t0_ns, rate_hz) if links else None
-        self.tcp = TcpSampler(samples / f"tcp{suffix}.jsonl", tcp, t0_ns, rate_hz) if tcp else None
-        self.procs = ProcSampler(samples / f"procs{suffix}.jsonl", procs, t0_ns, proc_rate_hz or rate_hz)
+        self.links = LinkSampler(samples / f"links{suffix}.jsonl", links, t0_ns, rate_hz,
+                                 offset_ns=offset_ns) if links else None
+        self.tcp = TcpSampler(samples / f"tcp{suffix}.jsonl", tcp, t0_ns, rate_hz, offset_ns=offset_ns) if tcp else None
+        self.procs = ProcSampler(samples / f"procs{suffix}.jsonl", procs, t0_ns, proc_rate_hz or rate_hz,
+                                 offset_ns=offset_ns)
         self.stats_path = samples / f"sampler_stats{suffix}.json"
 
     def start(self) -> SamplerSet:

@@ -122,8 +122,9 @@ class TcpSampler(PeriodicSampler):
     name = "tcp"
 
     def __init__(self, out_path: str | os.PathLike[str], targets: Iterable[TcpTarget],
-                 t0_ns: int | None = None, rate_hz: float = DEFAULT_RATE_HZ) -> None:
-        super().__init__(out_path, t0_ns, rate_hz)
+                 t0_ns: int | None = None, rate_hz: float = DEFAULT_RATE_HZ, *,
+                 offset_ns: int | None = None) -> None:
+        super().__init__(out_path, t0_ns, rate_hz, offset_ns=offset_ns)
         self.targets = list(targets)
         self._socks: dict[str, Any] = {}
         self._last: dict[tuple[str, str, str], tuple[Any, ...]] = {}

@@ -106,7 +106,7 @@ def _tail_metrics(trial_dir: Path) -> dict[str, Any]:
 def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path,
               progress: Callable[..., None] | None = None, log: Callable[[str], None] | None = None,
               stop_flag: Callable[[], bool] | None = None) -> TrialResult:
-    from ..collect.recorder import events_path
+    from ..collect.recorder import anchored_offset, events_path
     from ..collect.samplers import LinkTarget, ProcTarget, SamplerSet
     from ..collect.tcp_sampler import TcpTarget
     from ..collect.trace import merge_trial
@@ -186,7 +186,8 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
                 if spec.collectors.links else []
             tcp = ([TcpTarget(n.name, net.netns(n.name)) for n in net.plan.nodes.values() if n.role in ("host", "ps")]
                    if spec.cluster is None else net.tcp_targets()) if spec.collectors.tcp else []
-            samplers = SamplerSet(trial_dir, t0, links=links, rate_hz=spec.collectors.rate_hz, tcp=tcp).start()
+            samplers = SamplerSet(trial_dir, t0, links=links, rate_hz=spec.collectors.rate_hz, tcp=tcp,
+                                  offset_ns=anchored_offset(jobs[0].clock)).start()  # the trainers' clock
         if spec.cluster is not None:  # every other server's samplers and CPU watch, over ssh
             c = spec.collectors
             net.start_samplers(t0, c.rate_hz, links=c.links, tcp=c.tcp, procs=c.procs)

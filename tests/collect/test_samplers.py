@@ -35,6 +35,25 @@ def test_netns_path_forms() -> None:
     assert netns_path("blue") == "/var/run/netns/blue"
 
 
+def test_samplers_stamp_on_the_trials_clock_anchor(tmp_path: Path) -> None:
+    """``ts`` is monotonic time mapped by the anchor the trainers' recorders use, not a wall-clock read
+    per tick: an anchor 10 s ahead of this process's own mapping moves every sample 10 s later."""
+    t0 = time.time_ns()
+    own = time.time_ns() - time.perf_counter_ns()
+    sset = SamplerSet(tmp_path, t0, procs=[ProcTarget(os.getpid(), "h0", "worker", 0)], rate_hz=20,
+                      offset_ns=own + 10_000_000_000)
+    assert sset.procs.offset_ns == own + 10_000_000_000
+    sset.start()
+    time.sleep(0.3)
+    sset.stop()
+    ts = [r["ts"] for r in _lines(tmp_path / "samples" / "procs.jsonl")]
+    assert len(ts) >= 3 and ts == sorted(ts)
+    assert all(10e9 <= t <= 10e9 + 5e9 for t in ts), ts  # a per-tick wall read would give 0..5 s
+    # without an anchor, one is read once at construction and shared by the set's samplers
+    plain = SamplerSet(tmp_path / "b", t0, procs=[], rate_hz=20)
+    assert abs(plain.procs.offset_ns - own) < 1e9
+
+
 def test_proc_sampler_own_process(tmp_path: Path) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<0.6: pass"])
     try:
