@@ -202,16 +202,22 @@ class Accelerator:
             return 0
         return max(0, int(self.message_floats) - n_params - control)
 
-    def finish(self, real_s: float, elapsed_s: float) -> dict[str, Any]:
-        """Sleep the rest of an emulated step; the span fields that say what happened."""
+    def plan(self, real_s: float, elapsed_s: float) -> tuple[float, dict[str, Any]]:
+        """The rest of an emulated step (one draw of its profiled time) and the span fields that say
+        what happens; sleeps nothing (``finish`` sleeps it; DDP-style overlap spreads it over backward)."""
         if not self.emulated:
-            return {"compute_mode": "real"}
+            return 0.0, {"compute_mode": "real"}
         profiled = self.profiled_s()
         slept = max(0.0, profiled - elapsed_s)
+        return slept, {"compute_mode": "emulated", "profile": self.profile_name, "profiled_s": round(profiled, 6),
+                       "real_s": round(real_s, 6), "slept_s": round(slept, 6), "compute_overrun": real_s > profiled}
+
+    def finish(self, real_s: float, elapsed_s: float) -> dict[str, Any]:
+        """Sleep the rest of an emulated step; the span fields that say what happened."""
+        slept, fields = self.plan(real_s, elapsed_s)
         if slept > 0:
             time.sleep(slept)
-        return {"compute_mode": "emulated", "profile": self.profile_name, "profiled_s": round(profiled, 6),
-                "real_s": round(real_s, 6), "slept_s": round(slept, 6), "compute_overrun": real_s > profiled}
+        return fields
 
 
 def format_profiles() -> str:

@@ -27,6 +27,7 @@ import random
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +157,28 @@ class Slowdown:
         return draw_delay(d, self.rng)
 
 
+@dataclass
+class ComputeLeft:
+    """A step's set compute still to spend: ``pad_s`` the workload's own way (the synthetic workload's
+    ``busy`` mode spins), ``sleep_s`` asleep (the emulated accelerator and the slowdown model);
+    ``fields`` go into the step's compute span.  ``spend(fraction)`` spends that part of both, so a
+    schedule can spend it in pieces (DDP-style overlap: some before backward, the rest during it)."""
+
+    wl: Any
+    pad_s: float
+    sleep_s: float
+    fields: dict[str, Any]
+
+    @property
+    def total_s(self) -> float:
+        return self.pad_s + self.sleep_s
+
+    def spend(self, fraction: float = 1.0) -> None:
+        self.wl.spend(self.pad_s * fraction)
+        if self.sleep_s * fraction > 0:
+            time.sleep(self.sleep_s * fraction)
+
+
 class WorkerContext:
     """One worker's model, data, recorder and stop rules; schemes drive it."""
 
@@ -227,13 +250,17 @@ class WorkerContext:
         ``perf_counter() == t0`` (``ahead_s``: compute still to come, counted as spent): the
         synthetic workload's pad, the emulated accelerator's sleep up to its profiled time,
         then the slowdown model on top.  Returns the span fields that say what was done."""
-        real_s = time.perf_counter() - t0 + ahead_s
-        wl.pad_compute(real_s)
-        fields = self.accel.finish(real_s, time.perf_counter() - t0 + ahead_s)
-        extra_s = self.slowdown.extra_s(time.perf_counter() - t0 + ahead_s)
-        if extra_s > 0:
-            time.sleep(extra_s)
-        return {"slowdown_s": round(extra_s, 6), **fields}
+        left = self.plan_compute(wl, time.perf_counter() - t0 + ahead_s)
+        left.spend()
+        return left.fields
+
+    def plan_compute(self, wl: Any, elapsed_s: float) -> ComputeLeft:
+        """What :meth:`finish_compute` spends after ``elapsed_s`` of real compute, spending nothing yet
+        (one draw of the accelerator's and the slowdown model's times)."""
+        pad_s = wl.pad_left_s(elapsed_s)
+        accel_s, fields = self.accel.plan(elapsed_s, elapsed_s + pad_s)
+        extra_s = self.slowdown.extra_s(elapsed_s + pad_s + accel_s)
+        return ComputeLeft(wl, pad_s, accel_s + extra_s, {"slowdown_s": round(extra_s, 6), **fields})
 
     def _maybe_fail(self, step: int) -> None:
         f = self.job.training.fault

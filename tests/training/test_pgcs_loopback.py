@@ -201,6 +201,30 @@ def test_ddp_overlap_matches_sequential(sequential, tmp_path):
         assert max(s["ts"] + s["dur"] for s in v) <= applies[step]["ts"]
 
 
+def test_ddp_overlap_syncs_buckets_while_backward_runs(tmp_path):
+    """A set compute time is spent as a real step spends it: a third before backward, the rest through
+    backward, so the first buckets' syncs start well before the step's compute ends (real DDP's
+    overlap); the step still takes the set time.  Before, the whole pad came before backward and every
+    bucket started after the compute ended: ddp_overlap measured the same as sequential."""
+    compute_s = 0.3
+    syn = {"name": "synthetic", "params": 40_000, "layers": 8, "compute_s": compute_s}
+    out = launch(cfg({"name": "ddp_overlap", "buckets": 4}, syn, stop={"steps": 4}), tmp_path)
+    for rank in (0, 1):
+        computes = {s["step"]: s for s in spans(out, "worker", rank) if s["phase"] == "compute"}
+        syncs: dict[int, list[dict[str, Any]]] = {}
+        for s in sync_spans(out, "comm", rank):
+            syncs.setdefault(s["step"], []).append(s)
+        assert sorted(computes) == sorted(syncs) == [0, 1, 2, 3]
+        for step, c in computes.items():
+            end = c["ts"] + c["dur"]
+            assert c["dur"] >= compute_s * 1e9 - 2e6, c  # the set time, all of it
+            assert len(syncs[step]) == 4
+            first = min(s["ts"] for s in syncs[step])
+            # the first bucket (the last two layers) is ready a third + a quarter of two thirds in:
+            # 0.15 s before the end; allow half of that for a loaded machine
+            assert end - first >= 0.5 * 0.5 * compute_s * 1e9, (step, (end - first) / 1e9)
+
+
 def test_hierarchical_synthetic_experts_stop_together_on_wall_clock(tmp_path):
     syn = {"name": "synthetic", "params": 20_000, "compute_s": 0.01}
     c = cfg({"name": "pgcs", "experts": 3, "sync": "hierarchical"}, syn, stop={"steps": 100_000, "wall_s": 3.0})

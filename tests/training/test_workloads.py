@@ -67,6 +67,35 @@ def test_synthetic_size_and_compute_time():
     assert time.perf_counter() - t >= 0.02 and time.process_time() - c > 0.005
 
 
+def test_synthetic_layers_hold_the_same_vector():
+    """``layers`` splits the one vector into parameter tensors (what DDP buckets divide); the values,
+    the loss, the directly written gradient and the autograd one do not change."""
+    one, eight = make("synthetic", params=10_001), make("synthetic", params=10_001, layers=8)
+    m1, m8 = one.build_model(), eight.build_model()
+    assert len(list(m1.parameters())) == 1 and len(list(m8.parameters())) == 8
+    flat = torch.cat([p.detach() for p in m8.parameters()])
+    assert torch.equal(flat, next(m1.parameters()).detach())
+    batch = one.batch(3, 1, 2)
+    for m in (m1, m8):
+        for p in m.parameters():
+            p.grad = torch.zeros_like(p)
+    assert one.backward(m1, batch) == pytest.approx(eight.backward(m8, batch), rel=1e-6)
+    torch.testing.assert_close(torch.cat([p.grad for p in m8.parameters()]), next(m1.parameters()).grad)
+    auto = eight.build_model()
+    eight.loss(auto, batch).backward()
+    torch.testing.assert_close(torch.cat([p.grad for p in auto.parameters()]), next(m1.parameters()).grad)
+    assert one.evaluate(m1)["loss"] == pytest.approx(eight.evaluate(m8)["loss"], rel=1e-6)
+
+
+@pytest.mark.parametrize("layers", [0, 10_002])
+def test_synthetic_layers_are_checked(layers):
+    from testbed.training.schema import ValidationError
+
+    with pytest.raises(ValidationError) as e:
+        make("synthetic", params=10_001, layers=layers)
+    assert e.value.field.endswith("layers")
+
+
 def test_slowdown_model():
     from testbed.training.config import DelayDist
     from testbed.training.runtime import Slowdown

@@ -26,12 +26,19 @@ Baselines in the same code, on the same experts, data and steps:
 * ``ddp_overlap`` - DDP-style bucketed overlap inside one expert: during the
   expert's backward, each bucket of its gradient (reverse parameter order)
   goes to the communication thread as soon as all its gradients exist; the
-  optimizer step waits for all buckets.  Workloads with a set compute time
-  (``synthetic``) and the slowdown model spend that time *before* backward
-  here (counting the expert's previous backward time as already spent), so
-  gradients appear at the end of the step as they would in real DDP and
-  the step still takes about the set time (with pgcs they are spent after
-  backward, as in ``runtime.WorkerContext.compute``).
+  optimizer step waits for all buckets.  A set compute time (the synthetic
+  workload's pad, the emulated accelerator, the slowdown model) is spent as a
+  real step spends it: a third before backward (the forward), two thirds
+  during backward, each parameter's share (by size) before its gradient
+  counts as ready, so buckets fill one after another while backward runs, as
+  in real DDP, and the step still takes the set time (the expert's previous
+  real backward time counted as already spent).  Backward = 2 x forward is
+  the usual estimate (4N against 2N FLOPs per token, Kaplan et al. 2020).
+  Before 2026-12-05 the whole set time came before backward, so every
+  bucket was ready at once, at its end, and nothing overlapped: with the
+  synthetic workload (then always one tensor, one bucket) ddp_overlap
+  measured the same as sequential.  With pgcs the set time is spent after
+  backward, as in ``runtime.WorkerContext.compute``.
 
 Records (docs/CONTRACTS.md):
 
@@ -85,10 +92,43 @@ from testbed.training.overlap import (
     make_buckets,
     wait_ticket,
 )
-from testbed.training.runtime import WorkerContext, save_model
+from testbed.training.runtime import ComputeLeft, WorkerContext, save_model
 from testbed.training.schema import ValidationError
 
 __all__ = ["run"]
+
+
+# backward's share of a step's compute: backward ~ 2 x forward (4N against 2N FLOPs per token,
+# Kaplan et al. 2020, "Scaling Laws for Neural Language Models")
+BACKWARD_SHARE = 2.0 / 3.0
+
+
+class BackwardTime:
+    """The backward's share of a step's set compute, spent through the gradient hooks: each parameter's
+    share (``fraction`` of the model's elements) just before its gradient counts as ready, so DDP-style
+    buckets become ready one after another while backward runs."""
+
+    def __init__(self) -> None:
+        self.left: ComputeLeft | None = None
+        self.spent = 0.0  # fraction of the backward's share spent
+        self.spent_s = 0.0  # and the seconds that took (not the real backward's: the next step counts that)
+
+    def start(self, left: ComputeLeft) -> None:
+        self.left, self.spent, self.spent_s = left, 0.0, 0.0
+
+    def spend(self, fraction: float) -> None:
+        if self.left is None:
+            return
+        share = min(fraction, 1.0 - self.spent)
+        t = time.perf_counter()
+        self.left.spend(BACKWARD_SHARE * share)
+        self.spent_s += time.perf_counter() - t
+        self.spent += share
+
+    def finish(self) -> None:
+        """What no hook spent (parameters without a gradient this step), so the step keeps its set time."""
+        self.spend(1.0 - self.spent)
+        self.left = None
 
 
 class _Trainer:
@@ -111,8 +151,12 @@ class _Trainer:
         self.cadence = EvalCadence(self.tc)
 
     # -- one expert's compute ---------------------------------------------------------------
-    def compute(self, slot: ExpertSlot, t: int, *, pad_before_backward: bool = False, vote: bool = False) -> float:
-        """Gradient of expert ``slot`` on this worker's shard of its ``t // E``-th batch."""
+    def compute(self, slot: ExpertSlot, t: int, *, during_backward: BackwardTime | None = None,
+                vote: bool = False) -> float:
+        """Gradient of expert ``slot`` on this worker's shard of its ``t // E``-th batch.
+
+        ``during_backward``: spend the set compute time as a real step does, part before backward and the
+        rest through the gradient hooks while it runs (DDP-style overlap); else all of it after backward."""
         ctx, wl, flat = self.ctx, slot.workload, slot.flat
         with self.rec.span("compute", step=t, expert=slot.index) as sp:
             t0 = time.perf_counter()
@@ -122,15 +166,21 @@ class _Trainer:
             flat.grad_buf[flat.n] = 1.0 if vote else 0.0
             loss = wl.loss(flat.model, batch)
             fields: dict[str, Any] = {}
-            if pad_before_backward:  # count the backward still to come (last time's) as spent
-                fields = ctx.finish_compute(wl, t0, slot.backward_s)
+            if during_backward is not None:  # count the backward still to come (last time's) as spent
+                left = ctx.plan_compute(wl, time.perf_counter() - t0 + slot.backward_s)
+                left.spend(1.0 - BACKWARD_SHARE)  # the forward's share
+                during_backward.start(left)
+                fields = left.fields
             tb = time.perf_counter()
             loss.backward()
             value = float(loss.detach())
             if ctx.device.type == "cuda":
                 torch.cuda.synchronize()
-            slot.backward_s = time.perf_counter() - tb
-            if not pad_before_backward:
+            if during_backward is not None:
+                during_backward.finish()  # shares of parameters that got no gradient
+            # the real backward's time (what the next step's set time counts as spent), not the set time's
+            slot.backward_s = time.perf_counter() - tb - (during_backward.spent_s if during_backward else 0.0)
+            if during_backward is None:
                 fields = ctx.finish_compute(wl, t0)
             sp.set(loss=round(value, 6), **fields)
         ctx.last_loss = value
@@ -209,9 +259,13 @@ class _Trainer:
             state["submitted"][b] = True
             state["tickets"].append(comm.submit(job))
 
+        sizes = [[p.numel() for p in s.flat.plist] for s in self.slots]
+        backward = BackwardTime()
+
         def on_grad(k: int, i: int) -> None:
             if state.get("slot") is None or state["slot"].index != k:
                 return
+            backward.spend(sizes[k][i] / self.slots[k].n)  # this gradient's share of backward, then it is ready
             b = bucket_of[k][i]
             state["left"][b] -= 1
             if state["left"][b] == 0:
@@ -229,7 +283,7 @@ class _Trainer:
                 bs = plans[k]
                 state.update(slot=slot, t=t, tickets=[], submitted=[False] * len(bs),
                              left=[len(m) for _, _, m in bs])
-                self.compute(slot, t, pad_before_backward=True, vote=self.want_stop())
+                self.compute(slot, t, during_backward=backward, vote=self.want_stop())
                 for b in range(len(bs)):  # parameters that got no gradient this step
                     if not state["submitted"][b]:
                         submit(b)

@@ -13,6 +13,7 @@ a worker's data never depends on timing and runs are replayable.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -63,8 +64,19 @@ class Workload(ABC):
     def evaluate(self, model: nn.Module) -> dict[str, float | None]:
         """Held-out ``{"loss": ..., "acc": ... or None}``."""
 
-    def pad_compute(self, elapsed_s: float) -> None:  # noqa: B027 - optional hook, default does nothing
-        """Hook run at the end of a step's compute (the synthetic workload pads to its set time)."""
+    def pad_left_s(self, elapsed_s: float) -> float:
+        """Seconds of set compute still to spend after ``elapsed_s`` of real compute (the synthetic
+        workload pads each step to its ``compute_s``; real workloads: none)."""
+        return 0.0
+
+    def spend(self, seconds: float) -> None:
+        """Spend padded compute time as this workload does (default: sleep)."""
+        if seconds > 0:
+            time.sleep(seconds)
+
+    def pad_compute(self, elapsed_s: float) -> None:
+        """Pad a step's compute that took ``elapsed_s`` to the workload's set time (if it has one)."""
+        self.spend(self.pad_left_s(elapsed_s))
 
     def describe(self) -> dict[str, Any]:
         """Facts for the manifest (sizes, fingerprints)."""

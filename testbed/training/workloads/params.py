@@ -74,6 +74,8 @@ class SyntheticParams:
     ``compute_mode: sleep`` pads each step's compute to ``compute_s`` with
     ``time.sleep`` (exact, uses no CPU: the right choice on shared cores);
     ``busy`` spins on the clock (burns a core, shows CPU contention).
+    ``layers`` splits the vector into that many parameter tensors (same values
+    and loss): what DDP-style buckets (``ddp_overlap``) divide.
     """
 
     params: int | None = None
@@ -82,6 +84,7 @@ class SyntheticParams:
     compute_mode: Literal["sleep", "busy"] = "sleep"
     batch_size: int = 1  # nominal samples per step (only used for accounting)
     noise: float = 0.5  # per-(worker, step) gradient scale drawn from U(1-noise, 1+noise)
+    layers: int = 1  # parameter tensors the vector is held as (DDP-style buckets split between them)
 
     def check(self, field: str) -> None:
         if self.params is not None and self.grad_bytes is not None:
@@ -95,6 +98,10 @@ class SyntheticParams:
             raise ValidationError(f"{field}.compute_s", "must be >= 0", "use 0 or more seconds")
         if not 0 <= self.noise < 1:
             raise ValidationError(f"{field}.noise", "must be in [0, 1)", "use e.g. 0.5")
+        _positive(field, "layers", self.layers)
+        if self.layers > self.n_params:
+            raise ValidationError(f"{field}.layers", f"{self.layers} layers for {self.n_params} parameters",
+                                  "use at most one layer per parameter")
 
     @property
     def n_params(self) -> int:

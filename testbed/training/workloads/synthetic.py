@@ -1,6 +1,9 @@
 """``synthetic``: a set gradient size and a set compute time, for exact compute/comm ratios.
 
-The model is one float32 vector ``w`` of ``n_params`` entries; the loss of
+The model is one float32 vector ``w`` of ``n_params`` entries (held as ``layers``
+parameter tensors, consecutive slices of it: the same numbers, the same loss and
+gradients, but several tensors for DDP-style buckets to split, as a real model's
+layers are; ``layers: 1`` gives no bucket anything to overlap); the loss of
 worker ``r`` at step ``k`` is ``0.5 * c_rk * ||w - t||^2`` (gradient
 ``c_rk * (w - t)``, so SGD with lr < 1 contracts geometrically) with a fixed
 target ``t`` and a per-(worker, step) scale ``c_rk ~ U(1-noise, 1+noise)``
@@ -26,9 +29,12 @@ from testbed.training.workloads.params import SyntheticParams
 
 
 class FlatVector(nn.Module):
-    def __init__(self, n: int, gen: torch.Generator) -> None:
+    """``w`` of ``n`` entries as ``layers`` parameters (one draw of ``n`` numbers, split): the values
+    do not depend on ``layers``."""
+
+    def __init__(self, n: int, gen: torch.Generator, layers: int = 1) -> None:
         super().__init__()
-        self.w = nn.Parameter(torch.randn(n, generator=gen))
+        self.ws = nn.ParameterList(nn.Parameter(c.clone()) for c in torch.randn(n, generator=gen).tensor_split(layers))
 
 
 class SyntheticWorkload(Workload):
@@ -49,7 +55,12 @@ class SyntheticWorkload(Workload):
         return self._target_dev[key]
 
     def build_model(self) -> nn.Module:
-        return FlatVector(self.n, seeded_init(self.seed))
+        return FlatVector(self.n, seeded_init(self.seed), self.params.layers)
+
+    def _pairs(self, model: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(layer, its slice of the target) for every layer."""
+        ws = list(model.ws)  # type: ignore[attr-defined]
+        return list(zip(ws, self._target(ws[0].device).split([w.numel() for w in ws]), strict=True))
 
     def batch(self, step: int, shard: int, num_shards: int) -> Batch:
         noise = self.params.noise
@@ -57,37 +68,39 @@ class SyntheticWorkload(Workload):
         return (torch.tensor([c], dtype=torch.float32),)
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        w = model.w  # type: ignore[attr-defined]
-        d = w - self._target(w.device)
-        return 0.5 * batch[0].to(w.device)[0] * (d * d).sum()
+        c = batch[0].to(model.ws[0].device)[0]  # type: ignore[attr-defined]
+        return 0.5 * c * sum(((w - t) * (w - t)).sum() for w, t in self._pairs(model))
 
     @torch.no_grad()
     def backward(self, model: nn.Module, batch: Batch) -> float:
         """The gradient ``c * (w - t)`` written directly (three passes over w instead of autograd's many)."""
-        w = model.w  # type: ignore[attr-defined]
         c = float(batch[0][0])
-        d = w - self._target(w.device)
-        w.grad.add_(d, alpha=c)
-        return 0.5 * c * float(torch.dot(d, d))
+        sq = 0.0
+        for w, t in self._pairs(model):
+            d = w - t
+            w.grad.add_(d, alpha=c)
+            sq += float(torch.dot(d, d))
+        return 0.5 * c * sq
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float | None]:
-        w = model.w  # type: ignore[attr-defined]
-        d = w - self._target(w.device)
-        return {"loss": float(0.5 * (d * d).sum() / self.n), "acc": None}
+        sq = sum(float(((w - t) * (w - t)).sum()) for w, t in self._pairs(model))
+        return {"loss": 0.5 * sq / self.n, "acc": None}
 
-    def pad_compute(self, elapsed_s: float) -> None:
-        left = self.params.compute_s - elapsed_s
-        if left <= 0:
+    def pad_left_s(self, elapsed_s: float) -> float:
+        return max(0.0, self.params.compute_s - elapsed_s)
+
+    def spend(self, seconds: float) -> None:
+        if seconds <= 0:
             return
         if self.params.compute_mode == "sleep":
-            time.sleep(left)
+            time.sleep(seconds)
         else:
-            end = time.perf_counter() + left
+            end = time.perf_counter() + seconds
             while time.perf_counter() < end:
                 pass
 
     def describe(self) -> dict[str, object]:
         p = self.params
         return {"name": self.name, "params": self.n, "grad_bytes": 4 * self.n, "compute_s": p.compute_s,
-                "compute_mode": p.compute_mode}
+                "compute_mode": p.compute_mode, "layers": p.layers}
