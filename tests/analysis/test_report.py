@@ -249,3 +249,22 @@ def test_trials_without_a_verdict_are_not_called_unfaithful(tmp_path: Path) -> N
     report(run, Options(traces=False))
     summary = (run / "summary.md").read_text()
     assert "UNFAITHFUL" not in summary and "| run/asp-r0 | - |" in summary
+
+
+def test_scheme_table_says_how_many_trials_reached_the_target() -> None:
+    """A mean over the trials that reached the target, when others were cut off first, is the faster
+    ones' mean: the table says how many reached it (BSP with a 3x straggler: 2 of 5)."""
+    import pandas as pd
+
+    from testbed.analysis.report import _scheme_table
+    from testbed.analysis.tables import scheme_summary
+
+    trials = pd.DataFrame({"scheme": ["bsp"] * 5 + ["asp"] * 2,
+                           "time_to_target_s": [227.0, 302.0, float("nan"), float("nan"), float("nan"), 70.0, 72.0]})
+    lines = _scheme_table(scheme_summary(trials), ["scheme"])
+    asp = next(x for x in lines if x.startswith("| asp"))
+    bsp = next(x for x in lines if x.startswith("| bsp"))
+    assert "reached in 2 of 5" in bsp and "slower than this" in bsp
+    assert "reached" not in asp  # every trial reached it: a plain mean
+    none = _scheme_table(scheme_summary(trials.assign(time_to_target_s=float("nan"))), ["scheme"])
+    assert all("reached" not in x for x in none) and "| bsp | 5 | n/a |" in none[-1]
