@@ -78,8 +78,13 @@ def test_place_measure_asks_each_servers_cores_and_balances_nodes_per_core(stand
     out = json.loads(r.stdout)
     assert out["cpus"] == {"s1": here, "s2": 1, "s3": here}, out
     assert "cores measured: s1: " in r.stderr and "s2: 1" in r.stderr, r.stderr
-    if here > 1:
-        assert out["loads"]["s2"] < min(out["loads"]["s1"], out["loads"]["s3"]), out["loads"]
+    free, loads = out["free_cpus"], out["loads"]
+    if here > 1 and free["s2"] < 0.8 * min(free["s1"], free["s3"]):
+        assert loads["s2"] < min(loads["s1"], loads["s3"]), out
+    else:  # another job kept the machine busy (a CI run saw s1: 4, s2: 5, s3: 6 nodes so): the placement
+        # still follows the cores measured free, never giving the server with the fewest the most nodes
+        least, most = min(free, key=free.get), max(free, key=free.get)
+        assert free[least] == free[most] or loads[least] <= loads[most], out
     plain = run_cli("cluster", "place", "geo_wan", "--cluster", f, timeout=60)
     assert plain.returncode == 0 and "balanced in nodes: not every server's cores are known" in plain.stdout
     print(f"MEASURED cluster place --measure: cores {out['cpus']}, free {out['free_cpus']}, geo_wan nodes "
