@@ -169,10 +169,6 @@ class ComputeLeft:
     sleep_s: float
     fields: dict[str, Any]
 
-    @property
-    def total_s(self) -> float:
-        return self.pad_s + self.sleep_s
-
     def spend(self, fraction: float = 1.0) -> None:
         self.wl.spend(self.pad_s * fraction)
         if self.sleep_s * fraction > 0:
