@@ -19,6 +19,10 @@ the "fit" row then still fits the staleness penalty to the sweep and says so.
     .venv/bin/python benchmarks/gsyn_plan_vs_sweep.py results/gsyn_groups/sweep
     .venv/bin/python benchmarks/gsyn_plan_vs_sweep.py results/claims_gsyn_groups/sweep \
         --calibration results/claims_gsyn_groups_calibration/RUN_ID
+    .venv/bin/python benchmarks/gsyn_plan_vs_sweep.py --calibration RUN   (the prediction alone)
+
+A G with a trial that stopped before the target (censored) is listed with how many
+reached it and left out of the measured means and of the fit.
 """
 
 from __future__ import annotations
@@ -50,40 +54,48 @@ def time_to_target(trial: Path, metric: str, value: float) -> float | None:
 
 
 def spans_of(trials: list[Path]) -> list[dict]:
-    """Every span line of these trials' events (damaged lines skipped)."""
+    """Every span line of these trials' events (damaged lines skipped), each tagged with its
+    ``trial`` (the trial folder), so that one collective's members are matched within a trial."""
     out: list[dict] = []
     for trial in trials:
         for f in (trial / "events").glob("*.jsonl"):
             for x in f.read_text().splitlines():
                 try:
-                    out.append(json.loads(x))
+                    rec = json.loads(x)
                 except json.JSONDecodeError:
                     continue
+                rec["trial"] = str(trial)
+                out.append(rec)
+    return out
+
+
+def trials_by_g(root: Path) -> dict[int, list[float | None]]:
+    """Per G of the sweep's finished points, each trial's time to the experiment's target (None:
+    not reached before the trial stopped - censored, not dropped)."""
+    out: dict[int, list[float | None]] = {}
+    for point in sorted((root / "points").glob("*/done.json")):
+        for trial in sorted((point.parent / "trials").glob("*-r*")):
+            m = json.loads((trial / "manifest.json").read_text())
+            g = m["training"]["scheme"].get("groups")
+            if not isinstance(g, int):
+                continue
+            target = m.get("target") or {}
+            metric, value = next(iter(target.items())) if target else ("loss", 1.0)
+            out.setdefault(g, []).append(time_to_target(trial, metric, float(value)))
     return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("sweep", type=Path, help="a finished sweep over gsyn groups (its sweep/ folder)")
+    ap.add_argument("sweep", type=Path, nargs="?", default=None,
+                    help="a finished sweep over gsyn groups (its sweep/ folder); leave out with "
+                         "--calibration for the prediction alone (every G from 1 to N)")
     ap.add_argument("--calibration", type=Path, default=None,
                     help="a separate run whose spans give the planner's inputs (default: the sweep's own)")
     args = ap.parse_args()
-    root = args.sweep
-    measured: dict[int, float] = {}
-    spans_for_inputs: list[dict] = []
-    for point in sorted((root / "points").glob("*/done.json")):
-        pdir = point.parent
-        for trial in sorted((pdir / "trials").glob("*-r*")):
-            m = json.loads((trial / "manifest.json").read_text())
-            g = m["training"]["scheme"].get("groups")
-            target = m.get("target") or {}
-            metric, value = next(iter(target.items())) if target else ("loss", 1.0)
-            t = time_to_target(trial, metric, float(value))
-            if g is None or t is None:
-                continue
-            measured.setdefault(int(g), []).append(t)  # type: ignore[arg-type]
-            if args.calibration is None:
-                spans_for_inputs += spans_of([trial])
+    if args.sweep is None and args.calibration is None:
+        ap.error("give a sweep folder, or --calibration RUN for the prediction alone")
+    times = trials_by_g(args.sweep) if args.sweep is not None else {}
     if args.calibration is not None:
         cal = sorted((args.calibration / "trials").glob("*-r*"))
         spans_for_inputs = spans_of(cal)
@@ -92,20 +104,31 @@ def main() -> int:
             return 2
         print(f"planner inputs from the calibration run {args.calibration} ({len(cal)} trials), "
               "not from the sweep")
-    if not measured or not spans_for_inputs:
-        print("need a finished sweep over gsyn groups (benchmarks/gsyn_groups_sweep.yaml)")
+    else:
+        spans_for_inputs = spans_of(sorted(t for p in (args.sweep / "points").glob("*/done.json")
+                                           for t in (p.parent / "trials").glob("*-r*")))
+    if (args.sweep is not None and not times) or not spans_for_inputs:
+        print("need a finished sweep over gsyn groups (benchmarks/claims/gsyn_groups_sweep.yaml)")
         return 1
-    means = {g: statistics.mean(ts) for g, ts in measured.items()}  # type: ignore[arg-type]
     spec = inputs_from_spans(spans_for_inputs)
     spec.setdefault("allreduce_s", {"intra_dc": 0.005, "cross_dc": 0.05})
-    spec["candidates"] = sorted(means)
-    print("measured mean time to target per G:", {g: round(t, 2) for g, t in sorted(means.items())})
+    if times:
+        spec["candidates"] = sorted(times)
+    # a G whose every trial reached the target has a mean; one with a censored trial only a bound
+    means = {g: statistics.mean(ts) for g, ts in times.items() if ts and None not in ts}  # type: ignore[type-var]
+    for g, ts in sorted(times.items()):
+        got = [t for t in ts if t is not None]
+        mean = f"{statistics.mean(got):.2f} s" if got else "-"
+        print(f"G = {g}: reached the target in {len(got)} of {len(ts)} trials; mean of those {mean}"
+              + ("" if len(got) == len(ts) else "  (censored: its mean is not comparable)"))
     for penalty in (0.5, "fit"):  # "fit" fits the penalty to the sweep's times: not a prediction
+        if penalty == "fit" and len(means) < 2:
+            continue
         spec["staleness_penalty"] = penalty
-        spec["measured"] = {g: t for g, t in means.items()}
+        spec["measured"] = dict(means)
         p = plan(load_spec(spec))
-        print(f"\nstaleness penalty {penalty}: predicted best G = {p.best}, measured best G = "
-              f"{min(means, key=means.get)}")
+        best = f", measured best G = {min(means, key=means.get)}" if means else ""  # type: ignore[arg-type]
+        print(f"\nstaleness penalty {penalty}: predicted best G = {p.best}{best}")
         print(format_plan(p))
     return 0
 

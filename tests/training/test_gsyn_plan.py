@@ -117,3 +117,66 @@ def test_inputs_from_spans_feed_the_planner():
     assert data["allreduce_s"]["intra_dc"] == pytest.approx(0.004)
     p = plan(load_spec(data))
     assert {c.g for c in p.candidates} == {1, 2, 3, 4}
+
+
+def test_inputs_from_spans_take_an_all_reduce_from_its_last_member_to_arrive():
+    """A fast member's all-reduce span holds its wait for the straggler (the model counts that as
+    waiting): one all-reduce gives the last arriver's span; other trials' steps are not matched."""
+    from testbed.training.gsyn_plan import inputs_from_spans
+
+    recs = []
+    for trial, comm in (("t0", 0.2), ("t1", 0.4)):
+        for step in range(5):
+            for host, dc, wait in (("a1", "a", 1.0), ("a2", "a", 0.9), ("b1", "b", 0.0)):
+                recs.append({"role": "worker", "host": host, "dc": dc, "phase": "wan_sync", "op": "ring_allreduce",
+                             "peers": 3, "group": 0, "step": step, "trial": trial, "dur": int((wait + comm) * 1e9)})
+    data = inputs_from_spans(recs)
+    # ten all-reduces, half of 0.2 s and half of 0.4 s, rescaled by m / (2(m-1)) = 3/4
+    assert data["allreduce_s"]["cross_dc"] == pytest.approx(0.3 * 0.75)
+
+
+def test_inputs_from_spans_list_workers_in_rank_order():
+    """The planner's ``grouping: run`` forms groups from the workers' order as gsyn does from the
+    ranks, so the order records happen to be read in must not change which hosts share a group."""
+    from testbed.training.gsyn_plan import inputs_from_spans
+
+    recs = [{"role": "worker", "host": h, "dc": h[0], "rank": rank, "phase": "compute", "step": 0, "dur": 10**8}
+            for h, rank in (("w2", 5), ("e1", 0), ("w1", 4), ("c2", 3), ("e2", 1), ("c1", 2))]
+    assert [w["host"] for w in inputs_from_spans(recs)["workers"]] == ["e1", "e2", "c1", "c2", "w1", "w2"]
+
+
+def test_plan_vs_sweep_keeps_censored_groups_apart(tmp_path):
+    """benchmarks/gsyn_plan_vs_sweep.py on a sweep where G = 1 never reached the target: G = 1 is
+    listed as censored (0 of 2), not dropped and not averaged, and the planner still ranks it."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    hosts = (("e1", "e", 0, 0.5), ("e2", "e", 1, 0.5), ("w1", "w", 2, 1.5), ("w2", "w", 3, 1.5))
+    reached = {1: [None, None], 2: [40.0, 44.0], 4: [30.0, 34.0]}
+    for g, ttts in reached.items():
+        point = tmp_path / "sweep" / "points" / f"p{g}"
+        point.mkdir(parents=True)
+        (point / "done.json").write_text("{}")
+        for r, t in enumerate(ttts):
+            trial = point / "trials" / f"gsyn-g{g}-r{r}"
+            (trial / "events").mkdir(parents=True)
+            (trial / "manifest.json").write_text(json.dumps(
+                {"training": {"scheme": {"name": "gsyn", "groups": g}}, "target": {"acc": 0.9}}))
+            rows = ["wall_s,loss,acc", "10,1.0,0.5"] + ([f"{t},0.2,0.95"] if t is not None else ["300,0.5,0.8"])
+            (trial / "metrics.csv").write_text("\n".join(rows) + "\n")
+            spans = [{"role": "worker", "host": h, "dc": dc, "rank": rank, "phase": "compute", "step": k,
+                      "dur": int(c * 1e9)} for h, dc, rank, c in hosts for k in range(3)]
+            spans += [{"role": "worker", "host": h, "dc": dc, "rank": rank, "phase": ph, "step": 0, "dur": 10**7}
+                      for h, dc, rank, _ in hosts for ph in ("push", "pull")]
+            (trial / "events" / "w.jsonl").write_text("\n".join(json.dumps(x) for x in spans) + "\n")
+    out = subprocess.run([sys.executable, str(repo / "benchmarks" / "gsyn_plan_vs_sweep.py"),
+                          str(tmp_path / "sweep")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "G = 1: reached the target in 0 of 2 trials" in out.stdout
+    assert "G = 2: reached the target in 2 of 2 trials; mean of those 42.00 s" in out.stdout
+    assert "measured best G = 4" in out.stdout
+    table = out.stdout.split("staleness penalty 0.5")[1]
+    assert any(line.split()[:1] == ["1"] for line in table.splitlines())  # G = 1 still planned
