@@ -417,7 +417,7 @@ def inputs_from_spans(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     workers: dict[str, dict[str, Any]] = {}
     rtt: dict[str, list[float]] = {}
     ar_once: dict[tuple[Any, ...], float] = {}  # one all-reduce -> its shortest member span, rescaled
-    pushes: dict[tuple[str, int], float] = {}
+    pushes: dict[tuple[Any, str, int], float] = {}  # (trial, host, step) -> push time
     for r in records:
         if r.get("role") != "worker":
             continue
