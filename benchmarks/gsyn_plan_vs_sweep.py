@@ -35,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from testbed.collect.records import read_jsonl  # noqa: E402
 from testbed.training.gsyn_plan import format_plan, inputs_from_spans, load_spec, plan  # noqa: E402
 
 
@@ -59,13 +60,8 @@ def spans_of(trials: list[Path]) -> list[dict]:
     out: list[dict] = []
     for trial in trials:
         for f in (trial / "events").glob("*.jsonl"):
-            for x in f.read_text().splitlines():
-                try:
-                    rec = json.loads(x)
-                except json.JSONDecodeError:
-                    continue
-                rec["trial"] = str(trial)
-                out.append(rec)
+            recs, _ = read_jsonl(f)
+            out += [{**rec, "trial": str(trial)} for rec in recs]
     return out
 
 
