@@ -203,7 +203,7 @@ def seeded_loss(d: Path) -> None:
         for seed in (5, 5, 6):
             with EmulatedNetwork(topo, impairment=be, with_ps=False, seed=seed) as net:
                 rx = net.popen("b-h1", [sys.executable, probe, "recv", "10.2.0.1", "7790", "300", "1.5"],
-                               stdout=subprocess.PIPE, text=True)
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                 rx.stdout.readline()
                 net.popen("a-h1", [sys.executable, probe, "send", "10.2.0.1", "7790", "300", "1", "0.002"]).wait()
                 patterns.append(sorted(set(json.loads(rx.communicate()[0])["seqs"])))

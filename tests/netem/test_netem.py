@@ -135,7 +135,7 @@ def probe(net, src: str, dst: str, dst_ip: str, count: int, burst: int, gap_s: f
           idle_s: float = 3.0, port: int = 7700) -> dict[str, Any]:
     """UDP stream src -> dst (nodes); the receiver's report (order, one-way delays)."""
     rx = net.popen(dst, [sys.executable, PROBE, "recv", dst_ip, str(port), str(count), str(idle_s)],
-                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert rx.stdout.readline().strip() == "READY", rx.stderr.read()
         tx = net.popen(src, [sys.executable, PROBE, "send", dst_ip, str(port), str(count), str(burst), str(gap_s)],

@@ -55,7 +55,7 @@ def net():
 
 def stream(net, src: str, dst: str, count: int, expect: int, port: int) -> dict:
     rx = net.popen(router(dst), [sys.executable, PROBE, "recv", peer_ip(net, src, dst), str(port), str(expect), "3"],
-                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert rx.stdout.readline().strip() == "READY", rx.stderr.read()
         tx = net.popen(router(src), [sys.executable, PROBE, "send", peer_ip(net, src, dst), str(port), str(count), "20",

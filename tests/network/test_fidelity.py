@@ -301,7 +301,7 @@ def _loss_pattern(seed: int, probe: str) -> list[int]:
     net = EmulatedNetwork(topo, impairment="userspace", with_ps=False, seed=seed)
     with net:
         rx = net.popen("b-h1", [sys.executable, probe, "recv", "10.2.0.1", "7790", "300", "1.5"],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert rx.stdout.readline().strip() == "READY"
         tx = net.popen("a-h1", [sys.executable, probe, "send", "10.2.0.1", "7790", "300", "1", "0.002"],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
