@@ -61,7 +61,7 @@ def marked_rules(chain: Chain, node: str) -> int:
 
 def udp_seqs(chain: Chain, count: int, gap_s: float, port: int = 5999) -> list[int]:
     """Send ``count`` numbered datagrams a -> b; the sequence numbers in arrival order."""
-    rx = chain.popen("b", udp_argv("recv", str(port), "1.0"))
+    rx = chain.popen("b", udp_argv("recv", str(port), "1.0"), stdin=subprocess.PIPE)
     try:
         assert rx.stdout is not None
         assert rx.stdout.readline().strip() == "ready"
@@ -298,7 +298,7 @@ def test_binding_mechanism_delays(chain: Chain) -> None:
 def test_stop_releases_held_packets(chain: Chain) -> None:
     """An orderly stop lets held packets go (the experiment is over), it does not drop them."""
     imps = [UserspaceImpairment.start(chain.ns("r1"), "right", ImpairmentShape(delay_s=2.0))]
-    rx = chain.popen("b", udp_argv("recv", "5996", "0.5"))
+    rx = chain.popen("b", udp_argv("recv", "5996", "0.5"), stdin=subprocess.PIPE)
     try:
         assert rx.stdout is not None and rx.stdout.readline().strip() == "ready"
         sender = chain.popen("a", udp_argv("send", chain.addr("b"), "5996", "10", "0.001"))

@@ -1,7 +1,9 @@
 """UDP with sequence numbers, for order and loss checks through the impaired path.
 
-``recv PORT IDLE_S``: prints ``ready``, then, after ``IDLE_S`` without a datagram
-(or the ``end`` marker), one line: the received sequence numbers as JSON.
+``recv PORT IDLE_S``: prints ``ready``, then, at the ``end`` marker or after
+``IDLE_S`` without a datagram once the caller closed its stdin (the sender is
+done: a sender descheduled mid-stream on a loaded machine is not the stream's
+end), one line: the received sequence numbers as JSON.
 ``send HOST PORT COUNT GAP_S``: COUNT datagrams numbered 0..COUNT-1, GAP_S apart,
 then ``end`` markers.
 """
@@ -9,6 +11,7 @@ then ``end`` markers.
 from __future__ import annotations
 
 import json
+import selectors
 import socket
 import sys
 import time
@@ -20,16 +23,26 @@ def recv(port: int, idle_s: float) -> None:
     sock.bind(("0.0.0.0", port))
     print("ready", flush=True)
     seqs: list[int] = []
-    sock.settimeout(10.0)  # the first datagram may be a while
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ)
+    sel.register(sys.stdin, selectors.EVENT_READ)
+    sender_done = False
     while True:
-        try:
-            data = sock.recv(2048)
-        except TimeoutError:
+        events = sel.select(timeout=idle_s if sender_done else None)
+        if not events:
             break
-        sock.settimeout(idle_s)
+        data = b""
+        for key, _ in events:
+            if key.fileobj is sys.stdin:
+                sys.stdin.readline()  # a line or EOF: the sender is done
+                sel.unregister(sys.stdin)
+                sender_done = True
+            else:
+                data = sock.recv(2048)
+                if data != b"end":
+                    seqs.append(int(data.split(b" ", 1)[0]))
         if data == b"end":
             break
-        seqs.append(int(data.split(b" ", 1)[0]))
     print(json.dumps(seqs), flush=True)
 
 
