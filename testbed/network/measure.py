@@ -114,8 +114,12 @@ def receiver_then_sender(net: Any, what: str, rx_node: str, rx_argv: list[str], 
     the receiver must be bound before the first datagram leaves.  The
     receiver is killed if it outlives the exchange; a probe that prints no
     JSON is a :class:`RuntimeError` naming ``what`` and the tail of its stderr.
+    The receiver's stdin is a pipe, closed (by ``communicate``) once the
+    sender exited: only then may an idle gap end the train, since a sender
+    descheduled mid-train on a loaded machine is not the train's end.
     """
-    rx = net.popen(rx_node, rx_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rx = net.popen(rx_node, rx_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                   text=True)
     try:
         ready = rx.stdout.readline().strip()
         if ready != "ready":

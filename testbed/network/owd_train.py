@@ -5,6 +5,10 @@ Run inside a node (``python -I -S owd_train.py ...``, ~20 ms to start)::
     owd_train.py recv BIND_IP PORT WAIT_S        prints "ready", then one JSON line
     owd_train.py send DST_IP PORT COUNT SPACING_S prints one JSON line
 
+The receiver ends 0.5 s after the last datagram once its stdin says the
+sender is done (a line, or EOF: :func:`.measure.receiver_then_sender` closes
+it when the sender exits), or after WAIT_S in all.
+
 Every emulated node of a run shares this machine's kernel clock, so the
 receiver's kernel arrival stamp (``SO_TIMESTAMPNS``, ``CLOCK_REALTIME``)
 minus the send time the sender wrote into the datagram (``CLOCK_REALTIME``,
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import selectors
 import socket
 import struct
 import sys
@@ -69,33 +74,64 @@ def summarize(delays_ns: list[int], seqs: list[int]) -> dict[str, float | int | 
     return out
 
 
+def sender_done_watch() -> tuple[selectors.BaseSelector, bool]:
+    """A selector on stdin, through which the caller says the sender is done (a line, or EOF).
+
+    Whether the sender is already done: ``True`` when stdin cannot say it (``/dev/null``, a file,
+    none), where the receiver falls back to an idle gap counted from the first datagram.
+    """
+    sel = selectors.DefaultSelector()
+    try:
+        sel.register(sys.stdin, selectors.EVENT_READ)
+    except (AttributeError, ValueError, OSError):  # no stdin, or one epoll cannot watch
+        return sel, True
+    return sel, False
+
+
 def recv(bind_ip: str, port: int, wait_s: float) -> dict[str, float | int | None]:
+    """Receive until the train has ended: :data:`IDLE_END_S` without a datagram *after* the caller
+    said the sender is done (closed this process's stdin), or ``wait_s`` in all if it never does.
+
+    The idle clock must not run while the sender still sends: on a loaded machine, and far more
+    under the kernel lab's emulated CPU, a sender can be descheduled mid-train for longer than any
+    idle gap, and a receiver that took the pause for the train's end counted the rest as lost.
+    """
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
     s.bind((bind_ip, port))
+    sel, sender_done = sender_done_watch()
+    sel.register(s, selectors.EVENT_READ)
     print("ready", flush=True)
     delays: list[int] = []
     seqs: list[int] = []
     deadline = time.monotonic() + wait_s
-    s.settimeout(wait_s)
     while True:
-        try:
-            data, anc, _flags, _addr = s.recvmsg(256, 64)
-        except TimeoutError:
-            break
-        arrived = None
-        for level, kind, raw in anc:
-            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS:
-                sec, nsec = struct.unpack("qq", raw[:16])
-                arrived = sec * 1_000_000_000 + nsec
-        if arrived is None or len(data) < HEADER.size:
-            continue
-        seq, sent = HEADER.unpack_from(data)
-        delays.append(arrived - sent)
-        seqs.append(seq)
         left = deadline - time.monotonic()
-        s.settimeout(max(0.01, min(IDLE_END_S, left)))  # once the train flows, its end is an idle gap
+        if not sender_done and left <= 0:
+            break  # the caller never said: bounded by wait_s, as before the first datagram
+        # once the sender is done, the train's end is an idle gap (the whole wait while none came yet)
+        timeout = (IDLE_END_S if delays else max(IDLE_END_S, left)) if sender_done else left
+        events = sel.select(timeout)
+        if not events:
+            break
+        for key, _ in events:
+            if key.fileobj is not s:
+                sys.stdin.readline()
+                sel.unregister(sys.stdin)
+                sender_done = True
+                continue
+            data, anc, _flags, _addr = s.recvmsg(256, 64)
+            arrived = None
+            for level, kind, raw in anc:
+                if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS:
+                    sec, nsec = struct.unpack("qq", raw[:16])
+                    arrived = sec * 1_000_000_000 + nsec
+            if arrived is None or len(data) < HEADER.size:
+                continue
+            seq, sent = HEADER.unpack_from(data)
+            delays.append(arrived - sent)
+            seqs.append(seq)
     return summarize(delays, seqs)
 
 

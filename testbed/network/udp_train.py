@@ -6,6 +6,8 @@ starts in ~20 ms, not the ~1 s of the testbed's imports)::
     udp_train.py recv BIND_IP PORT WAIT_S SKIP             prints "ready", then one JSON line
     udp_train.py send DST_IP PORT RATE_BPS SECONDS BURST_PKTS
 
+The receiver ends 0.15 s after the last arrival once its stdin says the
+sender is done (a line, or EOF), or after WAIT_S in all (see :func:`recv`).
 The sender first sends ``BURST_PKTS`` datagrams back to back (enough to
 spend the HTB class's burst allowance, which the caller passes, and leave a
 queue), then paces full-size datagrams (1472 payload bytes: 1500-byte IP
@@ -32,6 +34,7 @@ sending socket, and a default 212 KiB buffer would cap the train at
 from __future__ import annotations
 
 import json
+import selectors
 import socket
 import struct
 import sys
@@ -77,23 +80,41 @@ def estimate(stamps_ns: list[int], skip: int = 0, frame_bytes: int = FRAME_BYTES
 
 
 def recv(bind_ip: str, port: int, wait_s: float, skip: int) -> dict[str, float | int | None]:
+    """Stamp arrivals until :data:`IDLE_END_S` without one *after* the caller said the sender is done
+    (a line on stdin, or its end), or ``wait_s`` in all if it never does; a descheduled sender's
+    pause mid-train is not its end (as :func:`owd_train.recv`, whose loop this mirrors: each probe
+    runs as a lone ``python -I -S`` script and imports nothing of the package)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     _bufs(s)
     s.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
     s.bind((bind_ip, port))
+    sel = selectors.DefaultSelector()
+    try:
+        sel.register(sys.stdin, selectors.EVENT_READ)
+        sender_done = False
+    except (AttributeError, ValueError, OSError):  # no stdin that can say it: idle from the first arrival
+        sender_done = True
+    sel.register(s, selectors.EVENT_READ)
     print("ready", flush=True)
     stamps: list[int] = []
-    s.settimeout(wait_s)
+    deadline = time.monotonic() + wait_s
     while True:
-        try:
-            _, anc, _, _ = s.recvmsg(2048, socket.CMSG_SPACE(16))
-        except TimeoutError:
+        left = deadline - time.monotonic()
+        if not sender_done and left <= 0:
             break
-        ts = next((struct.unpack("qq", data[:16]) for lvl, typ, data in anc
-                   if lvl == socket.SOL_SOCKET and typ == _SO_TIMESTAMPNS), None)
-        stamps.append(ts[0] * 1_000_000_000 + ts[1] if ts else time.time_ns())
-        if len(stamps) == 1:
-            s.settimeout(IDLE_END_S)
+        events = sel.select((IDLE_END_S if stamps else max(IDLE_END_S, left)) if sender_done else left)
+        if not events:
+            break
+        for key, _ in events:
+            if key.fileobj is not s:
+                sys.stdin.readline()
+                sel.unregister(sys.stdin)
+                sender_done = True
+                continue
+            _, anc, _, _ = s.recvmsg(2048, socket.CMSG_SPACE(16))
+            ts = next((struct.unpack("qq", data[:16]) for lvl, typ, data in anc
+                       if lvl == socket.SOL_SOCKET and typ == _SO_TIMESTAMPNS), None)
+            stamps.append(ts[0] * 1_000_000_000 + ts[1] if ts else time.time_ns())
     return estimate(stamps, skip)
 
 

@@ -21,7 +21,7 @@ def test_the_claims_campaign_is_shipped():
             "claims/gsyn_groups_calibration.yaml", "claims/pgcs_ratio.yaml", "claims/pgcs_ratio_sweep.yaml",
             "claims/gsyn_ps_placement_sweep.yaml", "claims/pgcs_ratio_accel.yaml",
             "claims/pgcs_ratio_accel_sweep.yaml", "claims/pgcs_ratio_real.yaml", "claims/pgcs_ratio_real_sweep.yaml",
-            "claims/pgcs_ratio_real_calibration.yaml"} <= names
+            "claims/pgcs_ratio_real_calibration.yaml", "claims/gsyn_straggler_4dc_sweep.yaml"} <= names
 
 
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.relative_to(BENCH).as_posix())

@@ -17,7 +17,8 @@ import pytest
 from traffic_control.userspace import cleanup
 from traffic_control.userspace.lab import Chain
 
-HELPER = str(Path(__file__).with_name("udp_seq.py"))
+#: the netem tests' UDP probe: numbered datagrams, their order and loss (one JSON line per side)
+PROBE = str(Path(__file__).resolve().parents[1] / "netem" / "udp_probe.py")
 
 
 def _can_run() -> str | None:
@@ -58,6 +59,12 @@ def relay_chain() -> Iterator[Chain]:
         c.destroy()
 
 
-def udp_argv(*args: str) -> list[str]:
-    """Command line of the UDP sequence-number helper (runs inside a namespace)."""
-    return [sys.executable, HELPER, *args]
+def udp_recv_argv(port: int, expected: int, idle_s: float) -> list[str]:
+    """The probe's receiver (in a namespace): ``READY``, then one JSON line with ``seqs`` in arrival order,
+    once ``expected`` arrived or ``idle_s`` after its stdin was closed (the sender is done)."""
+    return [sys.executable, PROBE, "recv", "0.0.0.0", str(port), str(expected), str(idle_s)]
+
+
+def udp_send_argv(dst: str, port: int, count: int, gap_s: float) -> list[str]:
+    """The probe's sender: ``count`` datagrams numbered from 0, ``gap_s`` apart, 143-byte IP packets."""
+    return [sys.executable, PROBE, "send", dst, str(port), str(count), "1", str(gap_s), "115"]

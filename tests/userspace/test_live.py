@@ -23,7 +23,7 @@ from traffic_control.userspace import ImpairmentShape, UserspaceImpairment, Watc
 from traffic_control.userspace.control import STALE_AFTER_S
 from traffic_control.userspace.lab import Chain
 
-from .conftest import udp_argv
+from .conftest import udp_recv_argv, udp_send_argv
 
 pytestmark = pytest.mark.root
 
@@ -61,17 +61,17 @@ def marked_rules(chain: Chain, node: str) -> int:
 
 def udp_seqs(chain: Chain, count: int, gap_s: float, port: int = 5999) -> list[int]:
     """Send ``count`` numbered datagrams a -> b; the sequence numbers in arrival order."""
-    rx = chain.popen("b", udp_argv("recv", str(port), "1.0"), stdin=subprocess.PIPE)
+    rx = chain.popen("b", udp_recv_argv(port, count, 1.0), stdin=subprocess.PIPE)
     try:
         assert rx.stdout is not None
-        assert rx.stdout.readline().strip() == "ready"
-        chain.run("a", udp_argv("send", chain.addr("b"), str(port), str(count), str(gap_s)), timeout=60)
+        assert rx.stdout.readline().strip() == "READY"
+        chain.run("a", udp_send_argv(chain.addr("b"), port, count, gap_s), timeout=60)
         out, _ = rx.communicate(timeout=30)
     finally:
         if rx.poll() is None:
             rx.kill()
             rx.wait()
-    return json.loads(out.strip().splitlines()[-1])
+    return json.loads(out.strip().splitlines()[-1])["seqs"]
 
 
 def test_delay_over_one_link(chain: Chain) -> None:
@@ -106,7 +106,7 @@ def test_loss_rate_within_binomial_bound(chain: Chain) -> None:
         deadline = time.monotonic() + 5
         while (stats := imps[0].health().stats)["received"] < n and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert stats["lost"] >= n - len(seqs) - 3  # the end markers may be lost too
+        assert stats["lost"] >= n - len(seqs)
 
 
 def test_jitter_without_reorder_keeps_udp_order(chain: Chain) -> None:
@@ -246,7 +246,7 @@ def test_delay_precedes_htb_rate(chain: Chain) -> None:
     try:
         with impaired(chain, [ImpairmentShape(delay_s=0.15), ImpairmentShape()]) as imps:
             queue = json.loads((imps[0].state_dir / "health.json").read_text())["queue"]
-            sender = chain.popen("a", udp_argv("send", chain.addr("b"), "5998", "800", "0"))
+            sender = chain.popen("a", udp_send_argv(chain.addr("b"), 5998, 800, 0))
             deadline = time.monotonic() + 5
             while _nfqueue_held(chain, queue) < 800 and time.monotonic() < deadline:
                 time.sleep(0.005)
@@ -257,8 +257,8 @@ def test_delay_precedes_htb_rate(chain: Chain) -> None:
             late = (_nfqueue_held(chain, queue), _htb_backlog_pkts(chain, "right"))
             sender.communicate(timeout=10)
         assert early[0] >= 800 and early[1] == 0, early  # all delayed, none at HTB yet
-        # released into HTB and rate-limited there (up to 3 held: the sender's end markers)
-        assert late[0] <= 3 and late[1] >= 50, late
+        # released into HTB and rate-limited there
+        assert late[0] == 0 and late[1] >= 50, late
     finally:
         chain.run("r1", ["tc", "qdisc", "del", "dev", "right", "root"], check=False)
 
@@ -298,12 +298,15 @@ def test_binding_mechanism_delays(chain: Chain) -> None:
 def test_stop_releases_held_packets(chain: Chain) -> None:
     """An orderly stop lets held packets go (the experiment is over), it does not drop them."""
     imps = [UserspaceImpairment.start(chain.ns("r1"), "right", ImpairmentShape(delay_s=2.0))]
-    rx = chain.popen("b", udp_argv("recv", "5996", "0.5"), stdin=subprocess.PIPE)
+    rx = chain.popen("b", udp_recv_argv(5996, 10, 0.5), stdin=subprocess.PIPE)
     try:
-        assert rx.stdout is not None and rx.stdout.readline().strip() == "ready"
-        sender = chain.popen("a", udp_argv("send", chain.addr("b"), "5996", "10", "0.001"))
-        sender.communicate(timeout=10)  # returns ~0.35 s later; the datagrams are still held
-        assert imps[0].health().stats["held"] >= 10
+        assert rx.stdout is not None and rx.stdout.readline().strip() == "READY"
+        sender = chain.popen("a", udp_send_argv(chain.addr("b"), 5996, 10, 0.001))
+        sender.communicate(timeout=10)  # returns at once; the datagrams are held for 2 s
+        deadline = time.monotonic() + 1.0  # the daemon writes its counters every heartbeat
+        while (held := imps[0].health().stats["held"]) < 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert held >= 10
         t0 = time.monotonic()
         imps[0].stop()
         out, _ = rx.communicate(timeout=10)
@@ -313,4 +316,4 @@ def test_stop_releases_held_packets(chain: Chain) -> None:
             rx.kill()
             rx.wait()
         imps[0].stop()
-    assert json.loads(out.strip().splitlines()[-1])[:10] == list(range(10))
+    assert json.loads(out.strip().splitlines()[-1])["seqs"] == list(range(10))
