@@ -391,8 +391,17 @@ def _predicted(manifests: list[dict[str, Any]], param: str) -> dict[str, float] 
     return None
 
 
+def varying_sweep_columns(trials: pd.DataFrame) -> list[str]:
+    """The sweep values that differ between trials, numeric or not: the summary keeps them apart.
+
+    A categorical value (``topology.ps: [central, west]``, a topology's name) must split the
+    summary as a number does; pooled, the table would average two regimes into one row."""
+    return [c for c in trials.columns if c.startswith("sweep_") and trials[c].astype(str).nunique() >= 2]
+
+
 def _draw_sweeps(trials: pd.DataFrame, fig_dir: Path, rep: Report, opts: Options,
                  manifests: list[dict[str, Any]]) -> list[str]:
+    """A figure per numeric sweep value (an axis needs numbers); the numeric columns drawn."""
     cols = [c for c in trials.columns if c.startswith("sweep_")
             and pd.to_numeric(trials[c], errors="coerce").nunique() >= 2]
     for c in cols:
@@ -446,8 +455,9 @@ def _report_tables(root: Path, kind: str, t: tables.Tables, manifests: list[dict
     by = (["workload"] if several else []) + ["scheme"]
     if tabs:
         fig_dir = root / "figures"
-        sweep_cols = _draw_sweeps(tabs["trials"], fig_dir, rep, opts, manifests)
-        if kind != "experiment" or not sweep_cols:
+        drawn = _draw_sweeps(tabs["trials"], fig_dir, rep, opts, manifests)
+        sweep_cols = varying_sweep_columns(tabs["trials"])
+        if kind != "experiment" or not drawn:
             _draw_common(t, tabs, fig_dir, rep, opts, per_trial=kind != "experiment")
         if sweep_cols or several:
             tabs["summary"] = tables.scheme_summary(tabs["trials"], by=by + sweep_cols)

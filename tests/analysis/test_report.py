@@ -6,6 +6,7 @@ import argparse
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from testbed.analysis import cli
@@ -78,6 +79,22 @@ def test_report_on_sweep_experiment(sweep_experiment: Path) -> None:
     for run in ("g1", "g2", "g4"):
         assert (sweep_experiment / run / "summary.md").exists()
         assert (sweep_experiment / run / "figures" / "breakdown.pdf").exists()
+
+
+def test_a_categorical_sweep_value_splits_the_summary(tmp_path: Path) -> None:
+    """``topology.ps: [central, west]``: one summary row per scheme and placement, never the two pooled
+    (the first version kept only numeric sweep values apart and averaged the placements)."""
+    exp = tmp_path / "ps"
+    for ps, wan_ms in (("central", 20.0), ("west", 60.0)):
+        write_run(exp / f"ps-{ps}", schemes=("asp", "gsyn"), reps=2, steps=8, wan_ms=wan_ms,
+                  manifest={"sweep": {"ps": ps}})
+    rep = report(exp, Options(traces=False))
+    assert rep.errors == [], rep.errors
+    summary = pd.read_csv(exp / "tables" / "summary.csv")
+    assert sorted(zip(summary["scheme"], summary["sweep_ps"], strict=True)) == [
+        ("asp", "central"), ("asp", "west"), ("gsyn", "central"), ("gsyn", "west")]
+    assert set(summary["trials"]) == {2}
+    assert "| scheme | ps | trials |" in (exp / "summary.md").read_text()
 
 
 def test_report_survives_random_damage(tmp_path: Path) -> None:
