@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -324,7 +325,9 @@ def summary_markdown(root: Path, kind: str, summary: pd.DataFrame, trials: pd.Da
 
 
 def _draw_common(t: tables.Tables, tabs: dict[str, pd.DataFrame], fig_dir: Path, rep: Report,
-                 opts: Options, per_trial: bool = True) -> None:
+                 opts: Options, per_trial: bool = True, suffix: str = "") -> None:
+    """The per-trial figures (timeline, links, plan of each scheme's first trial) and the pooled ones
+    (convergence, breakdown, schemes, staleness); ``suffix`` ends the pooled figures' names."""
     def add(what: str, fn: Callable[[], list[Path]]) -> None:
         out = _attempt(rep, what, fn, opts)
         if out:
@@ -349,22 +352,41 @@ def _draw_common(t: tables.Tables, tabs: dict[str, pd.DataFrame], fig_dir: Path,
     compute = compute_text(t, [])
     note = compute if "emulated" in compute else None  # real compute everywhere: the default, unsaid
     warn = unfaithful_text(t.trials)
-    add("figure convergence_loss", lambda: figures.convergence(tabs["metrics"], fig_dir, "loss", note=note,
-                                                               warning=warn))
+    add(f"figure convergence_loss{suffix}", lambda: figures.convergence(
+        tabs["metrics"], fig_dir, "loss", note=note, warning=warn, name=f"convergence_loss{suffix}"))
     if "acc" in tabs["metrics"].columns and pd.to_numeric(
             tabs["metrics"]["acc"], errors="coerce").notna().any():
-        add("figure convergence_acc", lambda: figures.convergence(tabs["metrics"], fig_dir, "acc", note=note,
-                                                                  warning=warn))
-    add("figure breakdown", lambda: figures.breakdown(tabs["steps"], fig_dir, note=note, warning=warn))
+        add(f"figure convergence_acc{suffix}", lambda: figures.convergence(
+            tabs["metrics"], fig_dir, "acc", note=note, warning=warn, name=f"convergence_acc{suffix}"))
+    add(f"figure breakdown{suffix}", lambda: figures.breakdown(tabs["steps"], fig_dir, name=f"breakdown{suffix}",
+                                                              note=note, warning=warn))
     trials = tabs["trials"]
     wls = trials["workload"].dropna().unique() if "workload" in trials.columns else []
     if len(wls) > 1:  # a time to target is per workload: one figure each
         for wl in wls:
-            add(f"figure schemes_{wl}", lambda wl=wl: figures.schemes(
-                trials[trials["workload"] == wl], fig_dir, name=f"schemes_{wl}", note=note, warning=warn))
+            add(f"figure schemes_{wl}{suffix}", lambda wl=wl: figures.schemes(
+                trials[trials["workload"] == wl], fig_dir, name=f"schemes_{wl}{suffix}", note=note,
+                warning=warn))
     else:
-        add("figure schemes", lambda: figures.schemes(trials, fig_dir, note=note, warning=warn))
-    add("figure staleness", lambda: figures.staleness(tabs["staleness"], fig_dir))
+        add(f"figure schemes{suffix}", lambda: figures.schemes(trials, fig_dir, name=f"schemes{suffix}", note=note,
+                                                              warning=warn))
+    add(f"figure staleness{suffix}", lambda: figures.staleness(tabs["staleness"], fig_dir,
+                                                              name=f"staleness{suffix}"))
+
+
+def _draw_common_per_value(t: tables.Tables, tabs: dict[str, pd.DataFrame], fig_dir: Path, rep: Report,
+                           opts: Options, per_trial: bool, categorical: list[str]) -> None:
+    """The pooled figures once per combination of the categorical sweep values.
+
+    A curve or bar pooled over ``topology.ps: [central, west]`` would average two regimes, as the
+    summary table once did; each combination gets its own figures, named ``..._ps-central``."""
+    for suffix, grp in _split_by(tabs["trials"], categorical):
+        if not suffix:
+            _draw_common(t, tabs, fig_dir, rep, opts, per_trial=per_trial)
+            continue
+        keys = set(zip(grp["run"], grp["trial"], strict=True))
+        part = {k: tables.select_rows(df, keys) for k, df in tabs.items()}
+        _draw_common(tables.select_trials(t, keys), part, fig_dir, rep, opts, per_trial=per_trial, suffix=suffix)
 
 
 # display label and factor of well-known swept parameters (manifest values in SI units)
@@ -399,24 +421,43 @@ def varying_sweep_columns(trials: pd.DataFrame) -> list[str]:
     return [c for c in trials.columns if c.startswith("sweep_") and trials[c].astype(str).nunique() >= 2]
 
 
+def _split_by(trials: pd.DataFrame, cols: list[str]) -> list[tuple[str, pd.DataFrame]]:
+    """``trials`` per combination of the values of ``cols``, each with its figure-name suffix
+    (``_ps-central``, ``_delay_s-0.005``); one part with no suffix when ``cols`` is empty."""
+    if not cols:
+        return [("", trials)]
+    parts = []
+    for values, grp in trials.groupby(cols, dropna=False, sort=True):
+        vals = values if isinstance(values, tuple) else (values,)
+        suffix = "".join(f"_{c.removeprefix('sweep_')}-{v}" for c, v in zip(cols, vals, strict=True))
+        parts.append((re.sub(r"[^A-Za-z0-9_.=-]+", "-", suffix), grp))
+    return parts
+
+
 def _draw_sweeps(trials: pd.DataFrame, fig_dir: Path, rep: Report, opts: Options,
                  manifests: list[dict[str, Any]]) -> list[str]:
-    """A figure per numeric sweep value (an axis needs numbers); the numeric columns drawn."""
-    cols = [c for c in trials.columns if c.startswith("sweep_")
-            and pd.to_numeric(trials[c], errors="coerce").nunique() >= 2]
+    """A figure per numeric sweep value but ``seed`` (an axis needs numbers); the numeric columns drawn.
+
+    The other swept values (a second numeric one, a placement) are never pooled along the axis: the
+    figure is drawn once per combination of them (``sweep_steps_per_s_vs_rate_bps_delay_s-0.005``).
+    Only ``seed`` is pooled, as repetitions are."""
+    varying = varying_sweep_columns(trials)
+    cols = [c for c in varying if c != "sweep_seed" and pd.to_numeric(trials[c], errors="coerce").nunique() >= 2]
     for c in cols:
         param = c.removeprefix("sweep_")
         xlabel, factor = SWEEP_X.get(param, (f"{param} (as in the spec)", 1.0))
         vals = pd.to_numeric(trials[c], errors="coerce").dropna()
         logx = bool((vals > 0).all() and vals.max() / vals.min() >= 8)
-        for y, ylabel in _SWEEP_Y.items():
-            out = _attempt(rep, f"figure sweep_{y}_vs_{param}", lambda c=c, y=y, ylabel=ylabel,
-                           param=param, xlabel=xlabel, factor=factor, logx=logx: figures.sweep(
-                               trials, c, y, fig_dir, name=f"sweep_{y}_vs_{param}", xlabel=xlabel,
-                               ylabel=ylabel, predicted=_predicted(manifests, param), logx=logx,
-                               x_factor=factor), opts)
-            if out:
-                rep.outputs.extend(out)
+        others = [o for o in varying if o != c and o != "sweep_seed"]
+        for suffix, part in _split_by(trials, others):
+            for y, ylabel in _SWEEP_Y.items():
+                name = f"sweep_{y}_vs_{param}{suffix}"
+                out = _attempt(rep, f"figure {name}", lambda c=c, y=y, ylabel=ylabel, param=param, xlabel=xlabel,
+                               factor=factor, logx=logx, part=part, name=name: figures.sweep(
+                                   part, c, y, fig_dir, name=name, xlabel=xlabel, ylabel=ylabel,
+                                   predicted=_predicted(manifests, param), logx=logx, x_factor=factor), opts)
+                if out:
+                    rep.outputs.extend(out)
     return cols
 
 
@@ -458,7 +499,8 @@ def _report_tables(root: Path, kind: str, t: tables.Tables, manifests: list[dict
         drawn = _draw_sweeps(tabs["trials"], fig_dir, rep, opts, manifests)
         sweep_cols = varying_sweep_columns(tabs["trials"])
         if kind != "experiment" or not drawn:
-            _draw_common(t, tabs, fig_dir, rep, opts, per_trial=kind != "experiment")
+            _draw_common_per_value(t, tabs, fig_dir, rep, opts, kind != "experiment",
+                                   [c for c in sweep_cols if c not in drawn])
         if sweep_cols or several:
             tabs["summary"] = tables.scheme_summary(tabs["trials"], by=by + sweep_cols)
         written = _attempt(rep, "write tables", lambda: tables.write_tables(tabs, root / "tables"),

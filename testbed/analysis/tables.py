@@ -580,21 +580,26 @@ def workloads(t: Tables) -> list[str | None]:
     return seen or [None]
 
 
+def select_trials(t: Tables, keys: set[tuple[str, str]]) -> Tables:
+    """The part of ``t`` that belongs to the trials ``keys`` ((run, trial) pairs)."""
+    return Tables(*(select_rows(df, keys) for df in (t.spans, t.metrics, t.links, t.procs, t.trials)),
+                  list(t.problems), t.kind, t.root)
+
+
+def select_rows(df: pd.DataFrame, keys: set[tuple[str, str]]) -> pd.DataFrame:
+    """The rows of a per-trial table (``run`` and ``trial`` columns) whose trial is one of ``keys``."""
+    if df.empty or "trial" not in df.columns or "run" not in df.columns:
+        return df
+    mask = [(r, tr) in keys for r, tr in zip(df["run"], df["trial"], strict=True)]
+    return df[mask].reset_index(drop=True)
+
+
 def select_workload(t: Tables, workload: str | None) -> Tables:
     """The part of ``t`` whose trials trained ``workload`` (all of it for None or a single workload)."""
     if workload is None or "workload" not in t.trials.columns or t.trials["workload"].nunique(dropna=False) <= 1:
         return t
     keep = t.trials[t.trials["workload"] == workload]
-    keys = set(zip(keep["run"], keep["trial"]))
-
-    def sel(df: pd.DataFrame) -> pd.DataFrame:
-        if df.empty or "trial" not in df.columns:
-            return df
-        mask = [(r, tr) in keys for r, tr in zip(df["run"], df["trial"])]
-        return df[mask].reset_index(drop=True)
-
-    return Tables(sel(t.spans), sel(t.metrics), sel(t.links), sel(t.procs), keep.reset_index(drop=True),
-                  list(t.problems), t.kind, t.root)
+    return select_trials(t, set(zip(keep["run"], keep["trial"], strict=True)))
 
 
 def all_tables(t: Tables, target_loss: float | None = None,

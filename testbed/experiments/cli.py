@@ -158,7 +158,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     try:
         cluster = (lambda spec: load_cluster_for(spec, args.cluster)) if getattr(args, "cluster", None) else None
         out = run_sweep(args.sweep, Path(args.out) if args.out else None, log=_say,
-                        preflight=preflight, cluster=cluster)
+                        preflight=preflight, cluster=cluster, only=args.only)
     except SweepInterrupted as e:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # all down and written: nothing left to stop
         print(f"sweep results so far: {e.out}")
@@ -272,6 +272,11 @@ def register(sub: Any) -> None:
     sw.add_argument("sweep", help="sweep YAML")
     sw.add_argument("--out", help="output folder (default results/<name>/sweep)")
     sw.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout")
+    sw.add_argument("--only", action="append", metavar="KEY=VALUE",
+                    help="run only the grid points with this value (repeatable; a key named twice keeps "
+                         "either value), e.g. --only training.compute.factor_by_dc.west=1.5 --only "
+                         "schemes=asp (a scheme entry by its label); the points keep the whole sweep's ids, "
+                         "so the same command without --only resumes past them")
     sw.add_argument("--cluster", metavar="FILE",
                     help="run every point's trials across the servers of this cluster file (as `run --cluster`; "
                          "a resumed sweep must name the same servers)")

@@ -178,6 +178,46 @@ def expand(sweep: dict[str, Any], source: str = "") -> tuple[str, list[tuple[dic
     return name, points
 
 
+def value_name(v: Any) -> str:
+    """A grid value as ``--only`` names it: a scalar as written, a scheme entry by its label (else its
+    name), a list by its items' names joined with ``+`` (``schemes: [[{label: asp, ...}]]`` -> ``asp``)."""
+    if isinstance(v, dict):
+        return str(v.get("label") or v.get("name") or json.dumps(v, sort_keys=True))
+    if isinstance(v, list):
+        return "+".join(value_name(x) for x in v)
+    return str(v)
+
+
+def select_points(grid: dict[str, list[Any]], points: list[tuple[dict[str, Any], dict[str, Any]]],
+                  only: list[str]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The points ``--only KEY=VALUE`` keeps: every named key at one of its named values (a key
+    named twice keeps either value).  A point keeps its id, so the whole sweep later resumes past it.
+
+    Raises ValidationError (field ``--only``) for a key not in the grid or a value no point has."""
+    import yaml
+
+    wanted: dict[str, list[Any]] = {}
+    for item in only:
+        key, sep, raw = item.partition("=")
+        key, raw = key.strip(), raw.strip()
+        if not sep or not key:
+            raise ValidationError("--only", f"{item!r} is not KEY=VALUE", "e.g. --only wan.rate=20Mbit")
+        if key not in grid:
+            raise ValidationError("--only", f"{key!r} is not a key of the grid",
+                                  f"use one of: {', '.join(grid)}")
+        names = [value_name(v) for v in grid[key]]
+        try:
+            parsed = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            parsed = raw
+        hits = [v for v, n in zip(grid[key], names, strict=True) if n == raw or v == parsed]
+        if not hits:
+            raise ValidationError("--only", f"{key} has no value {raw!r}",
+                                  f"use one of: {', '.join(dict.fromkeys(names))}")
+        wanted.setdefault(key, []).extend(hits)
+    return [(p, e) for p, e in points if all(p[k] in vals for k, vals in wanted.items())]
+
+
 class SweepInterrupted(KeyboardInterrupt):
     """Ctrl-C stopped the sweep; finished points are kept (``out``), rerunning resumes."""
 
@@ -187,8 +227,12 @@ class SweepInterrupted(KeyboardInterrupt):
 
 
 def run_sweep(path: str | Path, out: Path | None = None, log: Any = print, limit: int | None = None,
-              preflight: Any = None, cluster: Any = None) -> Path:
+              preflight: Any = None, cluster: Any = None, only: list[str] | None = None) -> Path:
     """Run (or resume) a sweep; ``limit`` stops after that many *new* points (for tests).
+
+    ``only`` (``sweep --only KEY=VALUE``): run just the points with those grid values, e.g. one
+    slowdown of a campaign now and the rest another day; the points and their ids are those of the
+    whole sweep, so rerunning without ``only`` skips them as done.
 
     ``preflight(spec)`` is called for every point before the first runs (what would make its
     trials fail: not root, no impairment backend...), so a bad machine stops the sweep at once.
@@ -200,6 +244,9 @@ def run_sweep(path: str | Path, out: Path | None = None, log: Any = print, limit
     sweep = read_mapping(path)
     name, points = expand(sweep, str(path))
     out = out or Path(sweep.get("results_dir", "results")) / name / "sweep"
+    everything = points
+    if only:
+        points = select_points(sweep["grid"], points, only)
 
     def spec_of(exp: dict[str, Any]) -> Any:
         spec = parse_experiment(exp, source=str(path))
@@ -215,7 +262,9 @@ def run_sweep(path: str | Path, out: Path | None = None, log: Any = print, limit
             preflight(spec)
     fresh = missing_parents(out)
     try:
-        return _run_points(out, sweep, points, log, limit, path, spec_of, servers)
+        if only:
+            log(f"sweep: {len(points)} of {len(everything)} points ({', '.join(only)})")
+        return _run_points(out, sweep, points, everything, log, limit, spec_of, servers)
     finally:  # under sudo, the results belong to the user who typed it (also after Ctrl-C)
         hand_over([fresh[-1] if fresh else out])
 
@@ -227,13 +276,14 @@ def _servers(spec: Any) -> dict[str, Any] | None:
 
 
 def _run_points(out: Path, sweep: dict[str, Any], points: list[tuple[dict[str, Any], dict[str, Any]]],
-                log: Any, limit: int | None, path: Path, spec_of: Any, servers: dict[str, Any] | None) -> Path:
+                everything: list[tuple[dict[str, Any], dict[str, Any]]], log: Any, limit: int | None,
+                spec_of: Any, servers: dict[str, Any] | None) -> Path:
     try:
         (out / "points").mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ValidationError("results_dir", f"cannot write the sweep's results to {out}: {e.strerror}",
                               "use a writable directory (results_dir: in the sweep, or --out DIR)") from None
-    write_json_atomic(out / "sweep.json", {"spec": sweep, "points": [p for p, _ in points]}, indent=2)
+    write_json_atomic(out / "sweep.json", {"spec": sweep, "points": [p for p, _ in everything]}, indent=2)
     ran = 0
     for i, (point, exp) in enumerate(points):
         pdir = out / "points" / point_id(point)
@@ -259,7 +309,7 @@ def _run_points(out: Path, sweep: dict[str, Any], points: list[tuple[dict[str, A
         write_json_atomic(pdir / "done.json", {"point": point, "experiment_hash": experiment_hash(exp),
                                                "finished": time.time(), **({"servers": servers} if servers else {}),
                                                "failed": [f"{t.label}-r{t.rep}" for t in res.failed]})
-    summarise(out, points, log)
+    summarise(out, log)
     return out
 
 
@@ -298,7 +348,7 @@ def _refuse_changed_points(out: Path, points: list[tuple[dict[str, Any], dict[st
             f"folders under {out / 'points'} to redo them")
 
 
-def summarise(out: Path, points: list[tuple[dict[str, Any], dict[str, Any]]], log: Any = print) -> Path:
+def summarise(out: Path, log: Any = print) -> Path:
     """Report on every point (figures per point, sweep figures) and write ``sweep.csv``.
 
     ``sweep.csv`` *is* the report's summary table of ``points/`` (one row per scheme and

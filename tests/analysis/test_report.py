@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 
-from testbed.analysis import cli
+from testbed.analysis import cli, figures
 from testbed.analysis.report import Options, report
 from tests.analysis.fakes import truncate_run, write_run
 
@@ -95,6 +96,65 @@ def test_a_categorical_sweep_value_splits_the_summary(tmp_path: Path) -> None:
         ("asp", "central"), ("asp", "west"), ("gsyn", "central"), ("gsyn", "west")]
     assert set(summary["trials"]) == {2}
     assert "| scheme | ps | trials |" in (exp / "summary.md").read_text()
+
+
+def test_a_categorical_sweep_value_splits_the_figures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pooled figures (schemes, convergence, breakdown) are drawn once per placement, each from its
+    own trials; the first version drew one ``schemes`` figure averaging central and west."""
+    seen: dict[str, list[str]] = {}
+    real = figures.schemes
+
+    def spy(trials: pd.DataFrame, out_dir: Path, name: str = "schemes", **kw: Any) -> list[Path]:
+        if out_dir == exp / "figures":  # each run's own report draws its own (one placement)
+            seen[name] = sorted(set(trials["sweep_ps"]))
+        return real(trials, out_dir, name=name, **kw)
+
+    monkeypatch.setattr(figures, "schemes", spy)
+    exp = tmp_path / "ps"
+    for ps, wan_ms in (("central", 20.0), ("west", 60.0)):
+        write_run(exp / f"ps-{ps}", schemes=("asp", "gsyn"), reps=2, steps=8, wan_ms=wan_ms,
+                  manifest={"sweep": {"ps": ps}})
+    rep = report(exp, Options(traces=False))
+    assert rep.errors == [], rep.errors
+    assert seen == {"schemes_ps-central": ["central"], "schemes_ps-west": ["west"]}
+    figs = {p.name for p in (exp / "figures").glob("*.pdf")}
+    for ps in ("central", "west"):
+        assert {f"schemes_ps-{ps}.pdf", f"convergence_loss_ps-{ps}.pdf", f"breakdown_ps-{ps}.pdf"} <= figs
+    assert not {"schemes.pdf", "convergence_loss.pdf", "breakdown.pdf"} & figs
+    assert "`schemes_ps-west`" in (exp / "summary.md").read_text()
+
+
+def test_two_numeric_sweep_values_are_never_pooled_along_an_axis(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rate x delay grid: the throughput-vs-rate figure is drawn once per delay (and vice versa) from
+    that delay's trials alone; seeds pool as repetitions do.  The first version drew one figure per
+    axis, averaging both delays at each rate."""
+    seen: dict[str, tuple[list[float], int]] = {}
+    real = figures.sweep
+
+    def spy(df: pd.DataFrame, x: str, y: str, out_dir: Path, name: str | None = None, **kw: Any) -> list[Path]:
+        assert out_dir == exp / "figures"
+        other = "sweep_delay_s" if x == "sweep_rate_bps" else "sweep_rate_bps"
+        seen[str(name)] = (sorted(set(df[other])), df["sweep_seed"].nunique())
+        return real(df, x, y, out_dir, name=name, **kw)
+
+    monkeypatch.setattr(figures, "sweep", spy)
+    exp = tmp_path / "grid"
+    for rate in (2e7, 4e7):
+        for delay in (0.005, 0.02):
+            for seed in (1, 2):
+                write_run(exp / f"r{rate:g}-d{delay:g}-s{seed}", schemes=("asp",), reps=1, steps=8,
+                          wan_ms=delay * 1e3, manifest={"sweep": {"rate_bps": rate, "delay_s": delay, "seed": seed}})
+    rep = report(exp, Options(traces=False))
+    assert rep.errors == [], rep.errors
+    tput = {n: v for n, v in seen.items() if n.startswith("sweep_steps_per_s")}
+    assert tput == {"sweep_steps_per_s_vs_rate_bps_delay_s-0.005": ([0.005], 2),
+                    "sweep_steps_per_s_vs_rate_bps_delay_s-0.02": ([0.02], 2),
+                    "sweep_steps_per_s_vs_delay_s_rate_bps-20000000.0": ([2e7], 2),
+                    "sweep_steps_per_s_vs_delay_s_rate_bps-40000000.0": ([4e7], 2)}
+    figs = {p.name for p in (exp / "figures").glob("*.pdf")}
+    assert "sweep_steps_per_s_vs_rate_bps_delay_s-0.005.pdf" in figs
+    assert "sweep_steps_per_s_vs_rate_bps.pdf" not in figs
 
 
 def test_report_survives_random_damage(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from testbed.experiments.spec import load_experiment, parse_experiment
-from testbed.experiments.sweep import expand, point_id
+from testbed.experiments.sweep import expand, point_id, select_points
 from traffic_control.errors import ValidationError
 
 BASE = {
@@ -117,3 +117,41 @@ def test_a_sweep_moves_the_parameter_server_of_a_named_topology(tmp_path: Path) 
     assert {s.topology.name for s in specs} == {"three_dc_triangle"}
     with pytest.raises(ValidationError):
         expand({**sweep, "grid": {"topology.ps": ["nowhere"]}}, str(tmp_path / "sweep.yaml"))
+
+
+def test_sweep_only_picks_points_by_grid_value_and_keeps_their_ids(tmp_path: Path) -> None:
+    """``sweep --only KEY=VALUE``: numbers as YAML reads them, a scheme entry by its label, a key named
+    twice keeps either value; the kept points are the whole sweep's (same ids, so it resumes past them)."""
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(BASE))
+    schemes = [[{"label": "a1", "scheme": {"name": "asp"}}], [{"label": "g1", "scheme": {"name": "gsyn"}}], ["bsp"]]
+    sweep = {"name": "sw", "experiment": "exp.yaml", "grid": {"seed": [1, 2, 3], "schemes": schemes}}
+    _, points = expand(sweep, str(tmp_path / "sweep.yaml"))
+    grid = sweep["grid"]
+
+    def kept(*only: str) -> list[tuple[int, str]]:
+        return [(p["seed"], p["schemes"][0] if isinstance(p["schemes"][0], str) else p["schemes"][0]["label"])
+                for p, _ in select_points(grid, points, list(only))]
+
+    assert kept("seed=2") == [(2, "a1"), (2, "g1"), (2, "bsp")]
+    assert kept("schemes=g1") == [(1, "g1"), (2, "g1"), (3, "g1")]
+    assert kept("schemes=bsp", "seed=3") == [(3, "bsp")]
+    assert kept("seed=1", "seed=3", "schemes=a1") == [(1, "a1"), (3, "a1")]
+    ids = {point_id(p) for p, _ in points}
+    assert {point_id(p) for p, _ in select_points(grid, points, ["seed=2"])} <= ids
+    for bad, says in (("colour=red", "use one of: seed, schemes"), ("seed=9", "use one of: 1, 2, 3"),
+                      ("schemes=zz", "use one of: a1, g1, bsp"), ("seed", "KEY=VALUE")):
+        with pytest.raises(ValidationError) as e:
+            select_points(grid, points, [bad])
+        assert e.value.field == "--only" and says in str(e.value), e.value
+
+
+def test_sweep_only_with_a_value_no_point_has_exits_2_and_creates_nothing(tmp_path: Path) -> None:
+    (tmp_path / "exp.yaml").write_text(yaml.safe_dump(BASE))
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump({"name": "sw", "experiment": "exp.yaml",
+                                                         "grid": {"seed": [1, 2]}}))
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "sweep", str(tmp_path / "sweep.yaml"), "--out", str(out),
+                        "--only", "seed=7"], capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert "--only" in r.stderr and "seed has no value '7'" in r.stderr and "use one of: 1, 2" in r.stderr
+    assert not out.exists()

@@ -35,9 +35,11 @@ def test_interrupted_sweep_resumes_without_redoing(tmp_path: Path) -> None:
     sp.write_text(yaml.safe_dump(sweep))
     out = tmp_path / "out"
     logs: list[str] = []
-    run_sweep(sp, out, log=logs.append, limit=4)  # "interrupted" after 4 of 8 points
+    # --only seed=1 picks 4 of the 8 points; "interrupted" after 3 of them
+    run_sweep(sp, out, log=logs.append, limit=3, only=["seed=1"])
     done_first = {p.parent.name: p.stat().st_mtime_ns for p in (out / "points").glob("*/done.json")}
-    assert len(done_first) == 4
+    assert len(done_first) == 3
+    assert all(json.loads((out / "points" / n / "done.json").read_text())["point"]["seed"] == 1 for n in done_first)
     # a point that was half-way when interrupted (no done.json) is redone from scratch
     (out / "points" / "half-done-point").mkdir()
     logs.clear()
@@ -46,7 +48,7 @@ def test_interrupted_sweep_resumes_without_redoing(tmp_path: Path) -> None:
     assert len(done) == 8
     for name, mtime in done_first.items():
         assert done[name] == mtime, f"finished point {name} was redone"
-    assert sum("done already, skipped" in m for m in logs) == 4
+    assert sum("done already, skipped" in m for m in logs) == 3  # the whole sweep resumes past --only's points
     for p in (out / "points").glob("*/done.json"):
         assert json.loads(p.read_text())["failed"] == []
     # every point's manifests carry its values in SI units, and sweep.csv has one row per point
@@ -61,4 +63,8 @@ def test_interrupted_sweep_resumes_without_redoing(tmp_path: Path) -> None:
     assert {(float(r["rate_bps"]), float(r["delay_s"]), int(r["seed"])) for r in rows} == {
         (r, d, s) for r in (20e6, 40e6) for d in (0.0, 0.001) for s in (1, 2)}
     assert all(float(r["steps_per_s"]) > 0 for r in rows)
-    assert list((out / "points" / "figures").glob("sweep_steps_per_s_vs_rate_bps.pdf"))
+    figs = {p.name for p in (out / "points" / "figures").glob("sweep_steps_per_s_vs_*.pdf")}
+    # one figure per rate axis and delay (seeds pool as repetitions), never the two delays averaged
+    assert {"sweep_steps_per_s_vs_rate_bps_delay_s-0.0.pdf", "sweep_steps_per_s_vs_rate_bps_delay_s-0.001.pdf",
+            "sweep_steps_per_s_vs_delay_s_rate_bps-20000000.0.pdf"} <= figs, figs
+    assert "sweep_steps_per_s_vs_rate_bps.pdf" not in figs
