@@ -421,6 +421,21 @@ def varying_sweep_columns(trials: pd.DataFrame) -> list[str]:
     return [c for c in trials.columns if c.startswith("sweep_") and trials[c].astype(str).nunique() >= 2]
 
 
+def splitting_sweep_columns(trials: pd.DataFrame) -> list[str]:
+    """The varying sweep values that separate figures: those a scheme takes more than one of.
+
+    A value each scheme has only one of (the ``schemes`` key itself, a per-scheme learning rate)
+    just renames the schemes, which every figure already tells apart; splitting by it would give
+    each scheme a figure of its own and no figure would compare them."""
+    cols = []
+    for c in varying_sweep_columns(trials):
+        per_scheme = trials.groupby("scheme")[c].agg(lambda v: v.astype(str).nunique()) \
+            if "scheme" in trials.columns else pd.Series([2])
+        if (per_scheme >= 2).any():
+            cols.append(c)
+    return cols
+
+
 def _split_by(trials: pd.DataFrame, cols: list[str]) -> list[tuple[str, pd.DataFrame]]:
     """``trials`` per combination of the values of ``cols``, each with its figure-name suffix
     (``_ps-central``, ``_delay_s-0.005``); one part with no suffix when ``cols`` is empty."""
@@ -441,7 +456,7 @@ def _draw_sweeps(trials: pd.DataFrame, fig_dir: Path, rep: Report, opts: Options
     The other swept values (a second numeric one, a placement) are never pooled along the axis: the
     figure is drawn once per combination of them (``sweep_steps_per_s_vs_rate_bps_delay_s-0.005``).
     Only ``seed`` is pooled, as repetitions are."""
-    varying = varying_sweep_columns(trials)
+    varying = splitting_sweep_columns(trials)
     cols = [c for c in varying if c != "sweep_seed" and pd.to_numeric(trials[c], errors="coerce").nunique() >= 2]
     for c in cols:
         param = c.removeprefix("sweep_")
@@ -500,7 +515,7 @@ def _report_tables(root: Path, kind: str, t: tables.Tables, manifests: list[dict
         sweep_cols = varying_sweep_columns(tabs["trials"])
         if kind != "experiment" or not drawn:
             _draw_common_per_value(t, tabs, fig_dir, rep, opts, kind != "experiment",
-                                   [c for c in sweep_cols if c not in drawn])
+                                   [c for c in splitting_sweep_columns(tabs["trials"]) if c not in drawn])
         if sweep_cols or several:
             tabs["summary"] = tables.scheme_summary(tabs["trials"], by=by + sweep_cols)
         written = _attempt(rep, "write tables", lambda: tables.write_tables(tabs, root / "tables"),

@@ -106,17 +106,20 @@ def test_a_categorical_sweep_value_splits_the_figures(tmp_path: Path, monkeypatc
 
     def spy(trials: pd.DataFrame, out_dir: Path, name: str = "schemes", **kw: Any) -> list[Path]:
         if out_dir == exp / "figures":  # each run's own report draws its own (one placement)
-            seen[name] = sorted(set(trials["sweep_ps"]))
+            seen[name] = (sorted(set(trials["sweep_ps"])), sorted(set(trials["scheme"])))
         return real(trials, out_dir, name=name, **kw)
 
     monkeypatch.setattr(figures, "schemes", spy)
     exp = tmp_path / "ps"
-    for ps, wan_ms in (("central", 20.0), ("west", 60.0)):
-        write_run(exp / f"ps-{ps}", schemes=("asp", "gsyn"), reps=2, steps=8, wan_ms=wan_ms,
-                  manifest={"sweep": {"ps": ps}})
+    for ps, wan_ms in (("central", 20.0), ("west", 60.0)):  # as `testbed sweep` lays out ps x schemes
+        for scheme in ("asp", "gsyn"):
+            write_run(exp / f"ps-{ps}-{scheme}", schemes=(scheme,), reps=2, steps=8, wan_ms=wan_ms,
+                      manifest={"sweep": {"ps": ps, "schemes": f'[{{"label": "{scheme}"}}]'}})
     rep = report(exp, Options(traces=False))
     assert rep.errors == [], rep.errors
-    assert seen == {"schemes_ps-central": ["central"], "schemes_ps-west": ["west"]}
+    # split by placement only: the `schemes` value just names each point's scheme
+    assert seen == {"schemes_ps-central": (["central"], ["asp", "gsyn"]),
+                    "schemes_ps-west": (["west"], ["asp", "gsyn"])}
     figs = {p.name for p in (exp / "figures").glob("*.pdf")}
     for ps in ("central", "west"):
         assert {f"schemes_ps-{ps}.pdf", f"convergence_loss_ps-{ps}.pdf", f"breakdown_ps-{ps}.pdf"} <= figs
