@@ -375,14 +375,18 @@ def _draw_common(t: tables.Tables, tabs: dict[str, pd.DataFrame], fig_dir: Path,
 
 
 def _draw_common_per_value(t: tables.Tables, tabs: dict[str, pd.DataFrame], fig_dir: Path, rep: Report,
-                           opts: Options, per_trial: bool, categorical: list[str]) -> None:
-    """The pooled figures once per combination of the categorical sweep values.
+                           opts: Options, per_trial: bool, split: list[str]) -> None:
+    """The pooled figures once per combination of the swept values in ``split``.
 
-    A curve or bar pooled over ``topology.ps: [central, west]`` would average two regimes, as the
-    summary table once did; each combination gets its own figures, named ``..._ps-central``."""
-    for suffix, grp in _split_by(tabs["trials"], categorical):
+    A curve or bar pooled over ``topology.ps: [central, west]`` or over two slowdowns would
+    average two regimes, as the summary table once did; each combination gets its own figures,
+    named ``..._ps-central`` or ``..._west-1.5``, when it compares schemes (two or more: a lone
+    scheme's figures are its run's own)."""
+    for suffix, grp in _split_by(tabs["trials"], split):
         if not suffix:
             _draw_common(t, tabs, fig_dir, rep, opts, per_trial=per_trial)
+            continue
+        if "scheme" in grp.columns and grp["scheme"].nunique() < 2:
             continue
         keys = set(zip(grp["run"], grp["trial"], strict=True))
         part = {k: tables.select_rows(df, keys) for k, df in tabs.items()}
@@ -490,9 +494,10 @@ def _report_tables(root: Path, kind: str, t: tables.Tables, manifests: list[dict
     a language model reaches says nothing about a digits classifier), its
     own time-to-target, its own table in summary.md and its own convergence
     panel.  At experiment level the per-trial figures (timeline, links,
-    plan) are left to the runs, and pooled figures are drawn only when no
-    parameter is swept (pooling different bandwidths into one curve would
-    mislead).
+    plan) are left to the runs, and the pooled figures (convergence,
+    breakdown, schemes) are drawn once per combination of swept values that
+    compares two or more schemes (pooling different bandwidths into one
+    curve would mislead); seeds pool as repetitions.
     """
     rep.missing.extend(t.problems)
     wls = tables.workloads(t)
@@ -511,11 +516,10 @@ def _report_tables(root: Path, kind: str, t: tables.Tables, manifests: list[dict
     by = (["workload"] if several else []) + ["scheme"]
     if tabs:
         fig_dir = root / "figures"
-        drawn = _draw_sweeps(tabs["trials"], fig_dir, rep, opts, manifests)
+        _draw_sweeps(tabs["trials"], fig_dir, rep, opts, manifests)
         sweep_cols = varying_sweep_columns(tabs["trials"])
-        if kind != "experiment" or not drawn:
-            _draw_common_per_value(t, tabs, fig_dir, rep, opts, kind != "experiment",
-                                   [c for c in splitting_sweep_columns(tabs["trials"]) if c not in drawn])
+        split = [c for c in splitting_sweep_columns(tabs["trials"]) if c != "sweep_seed"]
+        _draw_common_per_value(t, tabs, fig_dir, rep, opts, kind != "experiment", split)
         if sweep_cols or several:
             tabs["summary"] = tables.scheme_summary(tabs["trials"], by=by + sweep_cols)
         written = _attempt(rep, "write tables", lambda: tables.write_tables(tabs, root / "tables"),
