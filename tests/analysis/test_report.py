@@ -161,20 +161,20 @@ def test_two_numeric_sweep_values_are_never_pooled_along_an_axis(tmp_path: Path,
 
 
 def test_each_slowdown_of_a_numeric_sweep_gets_its_own_scheme_comparison(tmp_path: Path) -> None:
-    """west 1.5x and 3x, ASP and Gsyn, one run per point as `testbed sweep` writes them: besides the
-    curves over the slowdown, a `schemes` figure per slowdown compares the schemes there (the first
-    version drew no comparison at all once a numeric value was swept)."""
+    """west 1.5x and 3x, one run per point as `testbed sweep` writes them: besides the curves over the
+    slowdown, a `schemes` figure per slowdown compares the schemes there.  The first version drew no
+    comparison once a numeric value was swept; the next took a value each scheme had one of (as here)
+    for a scheme's name and pooled both slowdowns into one figure."""
     exp = tmp_path / "straggler"
-    for west, wan_ms in ((1.5, 20.0), (3.0, 60.0)):
-        for scheme in ("asp", "gsyn"):
-            write_run(exp / f"w{west}-{scheme}", schemes=(scheme,), reps=2, steps=8, wan_ms=wan_ms,
-                      manifest={"sweep": {"west": west, "schemes": f'[{{"label": "{scheme}"}}]'}})
+    # a partial grid, as campaigns are: at 3x only SSP has run, and no scheme has run at both slowdowns
+    for west, scheme in ((1.5, "asp"), (1.5, "gsyn"), (3.0, "ssp")):
+        write_run(exp / f"w{west}-{scheme}", schemes=(scheme,), reps=2, steps=8, wan_ms=20.0 * west,
+                  manifest={"sweep": {"west": west, "schemes": f'[{{"label": "{scheme}"}}]'}})
     rep = report(exp, Options(traces=False))
     assert rep.errors == [], rep.errors
     figs = {p.name for p in (exp / "figures").glob("*.pdf")}
-    assert {"schemes_west-1.5.pdf", "schemes_west-3.0.pdf", "breakdown_west-3.0.pdf",
-            "sweep_steps_per_s_vs_west.pdf"} <= figs, figs
-    assert not {"schemes.pdf", "breakdown.pdf"} & figs
+    assert {"schemes_west-1.5.pdf", "breakdown_west-1.5.pdf", "sweep_steps_per_s_vs_west.pdf"} <= figs, figs
+    assert not {"schemes.pdf", "breakdown.pdf", "schemes_west-3.0.pdf"} & figs  # 3x: one scheme, no comparison
 
 
 def test_report_survives_random_damage(tmp_path: Path) -> None:
