@@ -426,13 +426,14 @@ def varying_sweep_columns(trials: pd.DataFrame) -> list[str]:
 
 
 def splitting_sweep_columns(trials: pd.DataFrame) -> list[str]:
-    """The varying sweep values that separate figures: all but the ``schemes`` grid key.
+    """The varying sweep values that separate figures: all but the ``schemes`` grid key and ``seed``
+    (seeds pool, as repetitions do).
 
     ``schemes`` only names each point's scheme, which every figure already tells apart; split by it,
     each scheme would get a figure of its own and none would compare them.  Any other value splits,
     even one that happens to differ per scheme (a partial grid: bsp-hier at west 3x, the rest at
     1.5x); a part with a single scheme then draws no comparison, which is the honest outcome."""
-    return [c for c in varying_sweep_columns(trials) if c != "sweep_schemes"]
+    return [c for c in varying_sweep_columns(trials) if c not in ("sweep_schemes", "sweep_seed")]
 
 
 def _split_by(trials: pd.DataFrame, cols: list[str]) -> list[tuple[str, pd.DataFrame]]:
@@ -449,20 +450,20 @@ def _split_by(trials: pd.DataFrame, cols: list[str]) -> list[tuple[str, pd.DataF
 
 
 def _draw_sweeps(trials: pd.DataFrame, fig_dir: Path, rep: Report, opts: Options,
-                 manifests: list[dict[str, Any]]) -> list[str]:
-    """A figure per numeric sweep value but ``seed`` (an axis needs numbers); the numeric columns drawn.
+                 manifests: list[dict[str, Any]]) -> None:
+    """A figure per numeric sweep value but ``seed`` (an axis needs numbers).
 
     The other swept values (a second numeric one, a placement) are never pooled along the axis: the
     figure is drawn once per combination of them (``sweep_steps_per_s_vs_rate_bps_delay_s-0.005``).
     Only ``seed`` is pooled, as repetitions are."""
     varying = splitting_sweep_columns(trials)
-    cols = [c for c in varying if c != "sweep_seed" and pd.to_numeric(trials[c], errors="coerce").nunique() >= 2]
+    cols = [c for c in varying if pd.to_numeric(trials[c], errors="coerce").nunique() >= 2]
     for c in cols:
         param = c.removeprefix("sweep_")
         xlabel, factor = SWEEP_X.get(param, (f"{param} (as in the spec)", 1.0))
         vals = pd.to_numeric(trials[c], errors="coerce").dropna()
         logx = bool((vals > 0).all() and vals.max() / vals.min() >= 8)
-        others = [o for o in varying if o != c and o != "sweep_seed"]
+        others = [o for o in varying if o != c]
         for suffix, part in _split_by(trials, others):
             for y, ylabel in _SWEEP_Y.items():
                 name = f"sweep_{y}_vs_{param}{suffix}"
@@ -472,7 +473,6 @@ def _draw_sweeps(trials: pd.DataFrame, fig_dir: Path, rep: Report, opts: Options
                                    predicted=_predicted(manifests, param), logx=logx, x_factor=factor), opts)
                 if out:
                     rep.outputs.extend(out)
-    return cols
 
 
 def _workload_manifests(tw: tables.Tables, manifests: list[dict[str, Any]], several: bool) -> list[dict[str, Any]]:
@@ -513,8 +513,8 @@ def _report_tables(root: Path, kind: str, t: tables.Tables, manifests: list[dict
         fig_dir = root / "figures"
         _draw_sweeps(tabs["trials"], fig_dir, rep, opts, manifests)
         sweep_cols = varying_sweep_columns(tabs["trials"])
-        split = [c for c in splitting_sweep_columns(tabs["trials"]) if c != "sweep_seed"]
-        _draw_common_per_value(t, tabs, fig_dir, rep, opts, kind != "experiment", split)
+        _draw_common_per_value(t, tabs, fig_dir, rep, opts, kind != "experiment",
+                               splitting_sweep_columns(tabs["trials"]))
         if sweep_cols or several:
             tabs["summary"] = tables.scheme_summary(tabs["trials"], by=by + sweep_cols)
         written = _attempt(rep, "write tables", lambda: tables.write_tables(tabs, root / "tables"),
