@@ -20,6 +20,14 @@ Why it is built this way:
   nothing until they move data again: the file holds what changed.
 * Loopback connections (a process talking to itself) are left out: they never
   cross an emulated link.
+* A connection that moves its last bytes and closes between two ticks would
+  leave its final counters unread (a parameter-server client's connection
+  closes when its worker ends; under load a tick can come late).  So each
+  namespace also has a socket subscribed to the kernel's destroy events
+  (``SKNLGRP_INET_TCP_DESTROY``, what ``ss -E`` reads): the kernel sends every
+  TCP socket's final ``tcp_info`` as it is freed, and the next tick writes it
+  as a ``closed`` line.  Where the subscription is refused the sampler goes
+  on without it (``stats()["errors"]`` says so).
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ import contextlib
 import ctypes
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,14 +70,57 @@ class TcpTarget:
         return not ({msg.get("idiag_sport"), msg.get("idiag_dport")} & self.skip_ports)
 
 
-def _diag_socket_in(ns_path: str | None) -> Any:
-    """A ``DiagSocket`` bound to the namespace at ``ns_path`` (this thread's own when None)."""
+#: ``NETLINK_SOCK_DIAG`` and its multicast group of destroyed TCP sockets (``SKNLGRP_INET_TCP_DESTROY``).
+_NETLINK_SOCK_DIAG = 4
+_DESTROY_GROUP_MASK = 1 << (1 - 1)
+
+
+def _dump_socket() -> Any:
+    """A bound pyroute2 ``DiagSocket`` (dumps) in this thread's namespace."""
     from pyroute2.netlink.diag import DiagSocket
 
+    sock = DiagSocket()
+    sock.bind()
+    return sock
+
+
+def _destroy_listener() -> socket.socket:
+    """A non-blocking netlink socket in this thread's namespace that receives every freed TCP socket's info."""
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG)
+    try:
+        sock.bind((0, _DESTROY_GROUP_MASK))
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def closed_messages(sock: socket.socket) -> list[Any]:
+    """Drain ``sock`` (a :func:`_destroy_listener`): the decoded ``inet_diag_msg`` of each socket freed since."""
+    from pyroute2.netlink.diag import inet_diag_msg
+
+    out = []
+    while True:
+        try:
+            data = sock.recv(1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return out
+        off = 0
+        while off + 16 <= len(data):
+            msg = inet_diag_msg(data[off:])
+            msg.decode()
+            length = msg["header"]["length"]
+            if length <= 0:
+                break
+            out.append(msg)
+            off += (length + 3) & ~3
+
+
+def _diag_socket_in(ns_path: str | None, make: Callable[[], Any] = _dump_socket) -> Any:
+    """``make()`` run with this thread in the namespace at ``ns_path`` (its own when None): a socket bound there."""
     if ns_path is None:
-        sock = DiagSocket()
-        sock.bind()
-        return sock
+        return make()
     libc = ctypes.CDLL(None, use_errno=True)
     own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     target = os.open(ns_path, os.O_RDONLY)
@@ -78,8 +129,7 @@ def _diag_socket_in(ns_path: str | None) -> Any:
             err = ctypes.get_errno()
             raise OSError(err, f"setns into {ns_path}: {os.strerror(err)}")
         try:
-            sock = DiagSocket()
-            sock.bind()
+            sock = make()
         finally:
             if libc.setns(own, CLONE_NEWNET) != 0:  # never leave the thread in a node's namespace
                 raise OSError(ctypes.get_errno(), "setns back into the sampler's own namespace failed")
@@ -127,25 +177,53 @@ class TcpSampler(PeriodicSampler):
         super().__init__(out_path, t0_ns, rate_hz, offset_ns=offset_ns)
         self.targets = list(targets)
         self._socks: dict[str, Any] = {}
+        self._closing: dict[str, socket.socket] = {}
         self._last: dict[tuple[str, str, str], tuple[Any, ...]] = {}
         self._by_node: dict[str, TcpTarget] = {}
 
     def _open(self) -> None:
         for t in self.targets:
             self._socks[t.node] = _diag_socket_in(netns_path(t.netns))
+            try:
+                self._closing[t.node] = _diag_socket_in(netns_path(t.netns), _destroy_listener)
+            except OSError as exc:  # an old kernel or no CAP_NET_ADMIN: ticks only
+                self._error(f"{t.node}: no destroy events ({exc}); a connection closed between ticks "
+                            "keeps the counters of its last tick")
         self._by_node = {t.node: t for t in self.targets}
 
     def _close(self) -> None:
-        for s in self._socks.values():
+        for s in [*self._socks.values(), *self._closing.values()]:
             with contextlib.suppress(Exception):
                 s.close()
         self._socks.clear()
+        self._closing.clear()
+
+    def _closed_rows(self, node: str, ts_ns: int) -> list[dict[str, Any]]:
+        """The final line of each of ``node``'s connections freed since the last tick."""
+        out: list[dict[str, Any]] = []
+        sock = self._closing.get(node)
+        if sock is None:
+            return out
+        target = self._by_node[node]
+        for msg in closed_messages(sock):
+            if msg.get("idiag_family") != socket.AF_INET or not msg.get("idiag_dport") or not target.keeps(msg):
+                continue  # a listener (no peer) or another family
+            row = connection_row(msg)
+            if row is None:
+                continue
+            self._last.pop((node, row["src"], row["dst"]), None)
+            out.append({"ts": ts_ns, "node": node, **row, "closed": True})
+        return out
 
     def _sample(self, ts_ns: int) -> list[dict[str, Any]]:
         from pyroute2.netlink.diag import SS_ESTABLISHED
 
         out: list[dict[str, Any]] = []
         for node, sock in self._socks.items():
+            try:
+                out.extend(self._closed_rows(node, ts_ns))
+            except OSError as exc:
+                self._error(f"{node}: destroy events: {type(exc).__name__}: {exc}")
             try:
                 msgs = sock.get_sock_stats(family=socket.AF_INET, states=1 << SS_ESTABLISHED,
                                            extensions=_INFO_EXT)

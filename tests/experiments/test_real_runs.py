@@ -82,14 +82,18 @@ def test_runs_record_everything_and_bytes_cross_the_wan(tmp_path: Path) -> None:
         assert links <= spans * 1.25 + 300_000, (t.label, links, spans)
         # each host's TCP connections, sampled from the kernel: the ones across DCs see at least the WAN's
         # round trip (5 ms each way); what they acknowledged covers what the schemes say they sent across
-        # (0.7: the sampler ticks at 20 Hz, a connection's last bytes can close between two ticks)
+        # (a connection's final counters come with its destroy event even when it closes between two
+        # ticks; before those were read, a parameter-server connection read 0.81-0.84 here, once 0.06)
         tcp = [json.loads(x) for x in (t.dir / "samples" / "tcp.jsonl").read_text().splitlines()]
         cross = [r for r in tcp if r["src"].split(".")[1] != r["dst"].split(".")[1]]
         assert cross and all(r["cwnd"] > 0 and r["mss"] > 0 for r in cross), t.label
         if m["network"]["impairment"]["backend"] != "none":
             assert min(r["min_rtt_us"] for r in cross) >= 0.9 * 10_000, t.label
-        assert sum(max(r["bytes_acked"] for r in cross if (r["node"], r["src"], r["dst"]) == k)
-                   for k in {(r["node"], r["src"], r["dst"]) for r in cross}) >= 0.7 * spans, t.label
+        acked = sum(max(r["bytes_acked"] for r in cross if (r["node"], r["src"], r["dst"]) == k)
+                    for k in {(r["node"], r["src"], r["dst"]) for r in cross})
+        print(f"MEASURED {t.label}: TCP acked {acked} of {spans} bytes the spans say crossed ({acked / spans:.3f}), "
+              f"{sum(1 for r in cross if r.get('closed'))} closed lines")
+        assert acked >= 0.97 * spans, t.label
     assert (tmp_path / "run" / "summary.md").exists()
     assert list((tmp_path / "run" / "figures").glob("*.pdf"))
     assert leftovers() == {}

@@ -63,3 +63,39 @@ def test_sampler_reads_the_connection_over_the_emulated_path(tmp_path):
     assert flow[-1]["retrans_total"] <= retrans
     ts = [r["ts"] for r in flow]
     assert ts == sorted(ts) and len(set(ts)) == len(ts)
+
+
+#: a receiver that reads one connection to its end; a sender that connects, sends N bytes and closes
+_RECV = ("import socket,sys;s=socket.create_server((sys.argv[1],5342));c,_=s.accept();n=0\n"
+         "while True:\n b=c.recv(65536)\n if not b: break\n n+=len(b)\nc.close();print(n)")
+_SEND = ("import socket,sys;c=socket.create_connection((sys.argv[1],5342));c.sendall(b'x'*int(sys.argv[2]));"
+         "c.shutdown(socket.SHUT_WR);c.recv(1);c.close()")
+
+
+def test_a_connection_that_closes_between_two_ticks_still_reports_its_final_counters(tmp_path):
+    """At 0.2 Hz a whole connection (connect, 3 MB, close: well under a second) falls between the first
+    tick and the last; the kernel's destroy event still gives its final counters, as a ``closed`` line on
+    each end, and they carry every byte.  Without the destroy events the file would hold no line of it."""
+    require_root_tools()
+    import sys
+
+    with network(from_dict(SPEC), with_ps=False) as net:
+        dst, nbytes = net.plan.nodes["b-h1"].ip, 3_000_000
+        out = tmp_path / "tcp.jsonl"
+        sampler = TcpSampler(out, [TcpTarget("a-h1", net.netns("a-h1")), TcpTarget("b-h1", net.netns("b-h1"))],
+                             rate_hz=0.2).start()
+        try:
+            srv = net.popen("b-h1", [sys.executable, "-c", _RECV, dst], stdout=subprocess.PIPE, text=True)
+            time.sleep(0.3)
+            cli = net.popen("a-h1", [sys.executable, "-c", _SEND, dst, str(nbytes)])
+            assert cli.wait(timeout=30) == 0
+            got, _ = srv.communicate(timeout=30)
+        finally:
+            stats = sampler.stop()
+    assert int(got) == nbytes
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert stats["errors"] == {} and stats["ticks"] <= 3, stats
+    closed = {r["node"]: r for r in rows if r.get("closed") and f"{dst}:5342" in (r["src"], r["dst"])}
+    assert set(closed) == {"a-h1", "b-h1"}, rows
+    assert nbytes <= closed["a-h1"]["bytes_acked"] <= nbytes + 2  # + SYN and FIN
+    assert nbytes <= closed["b-h1"]["bytes_received"] <= nbytes + 2
