@@ -64,6 +64,7 @@ def as_json(rep: Report) -> dict[str, object]:
         "tables": sorted(str(p) for p in rep.outputs if p.suffix == ".csv"),
         "traces": sorted(str(p) for p in rep.outputs if p.name.startswith("trace.json")),
         "warnings": rep.warnings, "missing": rep.missing, "skipped": rep.skipped, "errors": rep.errors,
+        "removed": sorted(str(p) for p in rep.removed),
     }
 
 
@@ -110,6 +111,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"{rep.kind} {path}: {n_tr} trace(s), {n_tab} table(s), {n_fig} figure(s)")
         if rep.summary is not None:
             print(f"summary: {rep.summary}")
+        if rep.removed:
+            print(f"removed {len(rep.removed)} figure file(s) an earlier report drew and this one does not: "
+                  + ", ".join(p.name for p in rep.removed[:6]) + (" ..." if len(rep.removed) > 6 else ""))
     for m in rep.missing:
         print(f"missing: {m}")
     for s in rep.skipped:

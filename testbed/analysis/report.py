@@ -49,6 +49,9 @@ class Report:
     #: what makes the numbers questionable without being missing (runs of different specs pooled)
     warnings: list[str] = field(default_factory=list)
     summary: Path | None = None
+    #: figures an earlier report drew in a ``figures/`` that this one did not (removed: they no longer
+    #: match the records, e.g. a pooled figure from before a sweep value split it)
+    removed: list[Path] = field(default_factory=list)
     #: the per-scheme summary table's rows (what summary.md shows), for ``--json``
     summary_rows: list[dict[str, Any]] = field(default_factory=list)
 
@@ -58,6 +61,7 @@ class Report:
         self.skipped += [prefix + m for m in other.skipped]
         self.errors += [prefix + m for m in other.errors]
         self.warnings += [prefix + m for m in other.warnings]
+        self.removed += other.removed
 
 
 @dataclass
@@ -511,10 +515,12 @@ def _report_tables(root: Path, kind: str, t: tables.Tables, manifests: list[dict
     by = (["workload"] if several else []) + ["scheme"]
     if tabs:
         fig_dir = root / "figures"
+        first = len(rep.outputs)
         _draw_sweeps(tabs["trials"], fig_dir, rep, opts, manifests)
         sweep_cols = varying_sweep_columns(tabs["trials"])
         _draw_common_per_value(t, tabs, fig_dir, rep, opts, kind != "experiment",
                                splitting_sweep_columns(tabs["trials"]))
+        _retire_figures(fig_dir, [q for q in rep.outputs[first:] if q.parent == fig_dir], rep)
         if sweep_cols or several:
             tabs["summary"] = tables.scheme_summary(tabs["trials"], by=by + sweep_cols)
         written = _attempt(rep, "write tables", lambda: tables.write_tables(tabs, root / "tables"),
@@ -535,6 +541,38 @@ def _report_tables(root: Path, kind: str, t: tables.Tables, manifests: list[dict
         rep.outputs.append(path)
     except OSError as exc:
         rep.errors.append(f"summary.md: {exc}")
+
+
+#: In ``figures/``: the names of the files the last report drew there (JSON), so the next one can remove
+#: what it no longer draws without touching anything else a user put in the folder.
+FIGURE_INDEX = ".drawn.json"
+
+
+def _retire_figures(fig_dir: Path, drawn: list[Path], rep: Report) -> None:
+    """Remove the figures the previous report listed in :data:`FIGURE_INDEX` and this one did not draw
+    (a stale figure next to fresh ones reads as a result); then list this report's."""
+    index = fig_dir / FIGURE_INDEX
+    try:
+        before = json.loads(index.read_text())["figures"]
+        before = [n for n in before if isinstance(n, str)]
+    except (OSError, ValueError, KeyError, TypeError):
+        before = []
+    now = sorted({q.name for q in drawn})
+    for name in sorted(set(before) - set(now)):
+        old = fig_dir / name
+        if Path(name).name != name or name.startswith(".") or not old.is_file():
+            continue  # only plain files this folder's index named
+        try:
+            old.unlink()
+            rep.removed.append(old)
+        except OSError as exc:
+            rep.errors.append(f"stale figure {old}: {exc}")
+    if now or before:
+        try:
+            fig_dir.mkdir(parents=True, exist_ok=True)
+            write_atomic(index, json.dumps({"figures": now}, indent=1) + "\n")
+        except OSError as exc:
+            rep.errors.append(f"figures/{FIGURE_INDEX}: {exc}")
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:

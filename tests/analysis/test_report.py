@@ -127,6 +127,37 @@ def test_a_categorical_sweep_value_splits_the_figures(tmp_path: Path, monkeypatc
     assert "`schemes_ps-west`" in (exp / "summary.md").read_text()
 
 
+def test_a_figure_an_earlier_report_drew_and_this_one_does_not_is_removed(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A campaign reported after its first placement draws a pooled ``schemes`` figure; once the second
+    placement's points land the figures split per placement, and the pooled one (now a mix of nothing the
+    records say) must go, while a file the user put in ``figures/`` stays.  The first version left it."""
+    exp = tmp_path / "ps"
+
+    def point(ps: str, wan_ms: float) -> None:
+        for scheme in ("asp", "gsyn"):
+            write_run(exp / f"ps-{ps}-{scheme}", schemes=(scheme,), reps=2, steps=8, wan_ms=wan_ms,
+                      manifest={"sweep": {"ps": ps, "schemes": f'[{{"label": "{scheme}"}}]'}})
+
+    point("central", 20.0)
+    assert cli.main([str(exp), "--no-trace", "--quiet"]) == 0
+    figs = exp / "figures"
+    assert (figs / "schemes.png").exists() and (figs / "schemes.pdf").exists()
+    (figs / "my_notes.png").write_bytes(b"not the report's")
+    capsys.readouterr()
+    point("west", 60.0)
+    assert cli.main([str(exp), "--no-trace"]) == 0
+    out = capsys.readouterr().out
+    names = {p.name for p in figs.iterdir()}
+    assert {"schemes_ps-central.png", "schemes_ps-west.pdf"} <= names
+    assert not {"schemes.png", "schemes.pdf", "convergence_loss.pdf", "breakdown.png"} & names, sorted(names)
+    assert "my_notes.png" in names and (figs / "my_notes.png").read_bytes() == b"not the report's"
+    assert "figure file(s) an earlier report drew and this one does not: breakdown.pdf" in out, out
+    # a report that draws the same again removes nothing
+    assert cli.main([str(exp), "--no-trace", "--json"]) == 0
+    assert '"removed": []' in capsys.readouterr().out
+
+
 def test_two_numeric_sweep_values_are_never_pooled_along_an_axis(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A rate x delay grid: the throughput-vs-rate figure is drawn once per delay (and vice versa) from
