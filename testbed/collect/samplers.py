@@ -153,6 +153,9 @@ class PeriodicSampler:
     def _close(self) -> None:  # pragma: no cover - trivial default
         pass
 
+    def _before_final_tick(self) -> None:
+        """Runs in the thread once stop() is asked, before the final sample (default: nothing)."""
+
     # -- machinery ------------------------------------------------------------
 
     def _error(self, message: str) -> None:
@@ -205,6 +208,10 @@ class PeriodicSampler:
                     skipped = int(late // period) + 1
                     self._overruns += skipped
                     next_t += skipped * period
+            try:
+                self._before_final_tick()
+            except Exception as exc:  # the final sample is still taken
+                self._error(f"{type(exc).__name__}: {exc}")
             self._tick()  # final sample so cumulative counters cover the whole trial
         finally:
             c1 = time.thread_time()

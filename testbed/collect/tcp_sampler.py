@@ -28,6 +28,15 @@ Why it is built this way:
   TCP socket's final ``tcp_info`` as it is freed, and the next tick writes it
   as a ``closed`` line.  Where the subscription is refused the sampler goes
   on without it (``stats()["errors"]`` says so).
+* A run stopped early (a trial that reached its target kills its trainers)
+  stops the samplers while the killed processes' connections are still
+  closing: an orphaned socket drains its send queue and waits for its FIN's
+  ACK, a round trip or a queue's worth of the emulated link later.  So the
+  ticks dump closing sockets too, and before the final tick the sampler waits
+  (at most ``close_grace_s``) until no kept connection is still closing
+  (FIN-WAIT-1, CLOSE-WAIT, LAST-ACK, CLOSING); their destroy events then
+  arrive in time to become ``closed`` lines.  ``stats()["close_wait_s"]`` says
+  how long that took.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ import contextlib
 import ctypes
 import os
 import socket
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +58,16 @@ _INFO_EXT = 1 << (2 - 1)
 #: ``tcpi_snd_ssthresh`` before the first loss ("infinite").
 _INFINITE_SSTHRESH = 0x7FFFFFFF
 _CA_STATES = ("open", "disorder", "cwr", "recovery", "loss")
+#: ``enum tcp_states`` (include/net/tcp_states.h), as socket diagnostics number them
+_SS_ESTABLISHED, _SS_FIN_WAIT1, _SS_FIN_WAIT2, _SS_CLOSE_WAIT, _SS_LAST_ACK, _SS_CLOSING = 1, 4, 5, 8, 9, 11
+#: what a tick dumps: connections that can still move data, closing ones included
+_DUMPED_STATES = sum(1 << s for s in (_SS_ESTABLISHED, _SS_FIN_WAIT1, _SS_FIN_WAIT2, _SS_CLOSE_WAIT,
+                                      _SS_LAST_ACK, _SS_CLOSING))
+#: what the final tick waits out: states a closing connection leaves within round trips once its process is
+#: gone (FIN-WAIT-2 waits for the peer's close and TIME-WAIT sockets carry no counters)
+_CLOSING_STATES = frozenset((_SS_FIN_WAIT1, _SS_CLOSE_WAIT, _SS_LAST_ACK, _SS_CLOSING))
+#: the most the final tick waits for closing connections (a 4 MB send queue drains in 3.4 s at 10 Mbit/s)
+DEFAULT_CLOSE_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -173,9 +193,11 @@ class TcpSampler(PeriodicSampler):
 
     def __init__(self, out_path: str | os.PathLike[str], targets: Iterable[TcpTarget],
                  t0_ns: int | None = None, rate_hz: float = DEFAULT_RATE_HZ, *,
-                 offset_ns: int | None = None) -> None:
+                 offset_ns: int | None = None, close_grace_s: float = DEFAULT_CLOSE_GRACE_S) -> None:
         super().__init__(out_path, t0_ns, rate_hz, offset_ns=offset_ns)
         self.targets = list(targets)
+        self.close_grace_s = float(close_grace_s)
+        self._close_wait_s = 0.0
         self._socks: dict[str, Any] = {}
         self._closing: dict[str, socket.socket] = {}
         self._last: dict[tuple[str, str, str], tuple[Any, ...]] = {}
@@ -215,9 +237,36 @@ class TcpSampler(PeriodicSampler):
             out.append({"ts": ts_ns, "node": node, **row, "closed": True})
         return out
 
-    def _sample(self, ts_ns: int) -> list[dict[str, Any]]:
-        from pyroute2.netlink.diag import SS_ESTABLISHED
+    def stats(self) -> dict[str, Any]:
+        return {**super().stats(), "close_wait_s": round(self._close_wait_s, 3)}
 
+    def _kept(self, node: str, msgs: Iterable[Any]) -> list[Any]:
+        target = self._by_node[node]
+        return [m for m in msgs if target.keeps(m)]
+
+    def _still_closing(self) -> int:
+        """How many kept connections are in a state they leave within round trips (:data:`_CLOSING_STATES`)."""
+        mask = sum(1 << s for s in _CLOSING_STATES)
+        n = 0
+        for node, sock in self._socks.items():
+            try:
+                msgs = sock.get_sock_stats(family=socket.AF_INET, states=mask, extensions=_INFO_EXT)
+            except Exception:  # noqa: S112 - a node that went away has nothing left to close
+                continue
+            n += sum(1 for m in self._kept(node, msgs) if connection_row(m) is not None)
+        return n
+
+    def _before_final_tick(self) -> None:
+        """Wait (at most ``close_grace_s``) for connections still closing, so their destroy events are read."""
+        t0 = time.monotonic()
+        while (closing := self._still_closing()) and time.monotonic() - t0 < self.close_grace_s:
+            time.sleep(0.02)
+        self._close_wait_s = time.monotonic() - t0
+        if closing:
+            self._error(f"connections still closing after {self.close_grace_s:g} s: their last line is the "
+                        "final tick's, not a closed line")
+
+    def _sample(self, ts_ns: int) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for node, sock in self._socks.items():
             try:
@@ -225,15 +274,11 @@ class TcpSampler(PeriodicSampler):
             except OSError as exc:
                 self._error(f"{node}: destroy events: {type(exc).__name__}: {exc}")
             try:
-                msgs = sock.get_sock_stats(family=socket.AF_INET, states=1 << SS_ESTABLISHED,
-                                           extensions=_INFO_EXT)
+                msgs = sock.get_sock_stats(family=socket.AF_INET, states=_DUMPED_STATES, extensions=_INFO_EXT)
             except Exception as exc:  # a node that went away: said once per tick, others still sampled
                 self._error(f"{node}: {type(exc).__name__}: {exc}")
                 continue
-            target = self._by_node[node]
-            for msg in msgs:
-                if not target.keeps(msg):
-                    continue
+            for msg in self._kept(node, msgs):
                 row = connection_row(msg)
                 if row is None:
                     continue

@@ -188,3 +188,29 @@ def test_a_trial_runs_its_cross_traffic_and_records_it(tmp_path: Path) -> None:
     assert "cross x0 delivered" in names and "x1 short flow" in names
     assert validate_trace(tr) == []
     assert leftovers() == {}, leftovers()
+
+
+def test_a_trial_stopped_at_its_target_still_closes_its_connections_in_the_records(tmp_path: Path) -> None:
+    """A trial that reaches its target ends the way the campaigns' trials end: its trainers stop on their own
+    and the samplers stop after them.  Every cross-DC connection's last line must then be the kernel's
+    final one (``closed``), so the counters a report sums are whole; the sampler's wait for connections
+    still closing (a trial cut short, ``tests/network/test_tcp_telemetry.py``) is recorded and short."""
+    spec = parse_experiment(_spec([{"label": "asp", "scheme": {"name": "asp"}}],
+                                  stop={"steps": 100000, "wall_s": 60, "target": {"metric": "loss", "value": 2.0}}))
+    res = run_experiment(spec, run_dir=tmp_path / "run")
+    assert not res.failed, [(t.label, t.reason) for t in res.failed]
+    (t,) = res.trials
+    m = json.loads((t.dir / "manifest.json").read_text())
+    tcp_stats = m["sampler_stats"]["tcp"]
+    tcp = [json.loads(x) for x in (t.dir / "samples" / "tcp.jsonl").read_text().splitlines()]
+    cross = [r for r in tcp if r["src"].split(".")[1] != r["dst"].split(".")[1]]
+    conns = {(r["node"], r["src"], r["dst"]) for r in cross}
+    closed = {(r["node"], r["src"], r["dst"]) for r in cross if r.get("closed")}
+    steps = max(int(line.split(",")[0]) for line in (t.dir / "metrics.csv").read_text().splitlines()[1:]
+                if line.split(",")[0].isdigit()) if (t.dir / "metrics.csv").exists() else None
+    print(f"MEASURED stopped at step {steps}: {len(closed)} of {len(conns)} cross-DC connections with a closed "
+          f"line; waited {tcp_stats['close_wait_s']} s; returncodes {[p['returncode'] for p in m['processes']]}")
+    assert m["status"] == "ok" and tcp_stats["errors"] == {}, (m["status"], tcp_stats)
+    assert conns and closed == conns, sorted(conns - closed)
+    assert tcp_stats["close_wait_s"] < 5.0
+    assert leftovers() == {}

@@ -99,3 +99,51 @@ def test_a_connection_that_closes_between_two_ticks_still_reports_its_final_coun
     assert set(closed) == {"a-h1", "b-h1"}, rows
     assert nbytes <= closed["a-h1"]["bytes_acked"] <= nbytes + 2  # + SYN and FIN
     assert nbytes <= closed["b-h1"]["bytes_received"] <= nbytes + 2
+
+
+#: a sender that fills its send buffer (128 KiB asked, 256 KiB granted: about 2 s at 1 Mbit/s) until killed
+_FLOOD = ("import socket,sys;c=socket.create_connection((sys.argv[1],5342))\n"
+          "c.setsockopt(socket.SOL_SOCKET,socket.SO_SNDBUF,1<<17);b=b'x'*65536\n"
+          "while True: c.sendall(b)")
+SLOW = {**SPEC, "name": "tcpkill", "links": [{"a": "a", "b": "b", "rate": "1Mbit"}]}
+
+
+def test_a_connection_killed_mid_transfer_still_gets_its_closed_line(tmp_path):
+    """A trial that reaches its target kills its trainers and stops the samplers at once; a killed sender's
+    socket lives on, orphaned, draining its send queue over the emulated link before its FIN is
+    acknowledged.  The sampler waits for it (``close_grace_s``), so the connection's last line is the
+    kernel's final one, ``closed``, with every byte the receiver read.  A second sampler with no grace,
+    stopped at the same moment, is the control: it misses the sender's closed line."""
+    require_root_tools()
+    import sys
+
+    with network(from_dict(SLOW), with_ps=False) as net:
+        dst = net.plan.nodes["b-h1"].ip
+        targets = [TcpTarget("a-h1", net.netns("a-h1")), TcpTarget("b-h1", net.netns("b-h1"))]
+        out, ctl = tmp_path / "tcp.jsonl", tmp_path / "control.jsonl"
+        sampler = TcpSampler(out, targets, rate_hz=5).start()
+        control = TcpSampler(ctl, targets, rate_hz=5, close_grace_s=0).start()
+        srv = net.popen("b-h1", [sys.executable, "-c", _RECV, dst], stdout=subprocess.PIPE, text=True)
+        try:
+            time.sleep(0.5)
+            cli = net.popen("a-h1", [sys.executable, "-c", _FLOOD, dst])
+            time.sleep(2.0)
+            cli.kill()
+            cli.wait(timeout=10)
+        finally:
+            control_stats = control.stop()
+            stats = sampler.stop()
+            got, _ = srv.communicate(timeout=30)
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    closed = {r["node"]: r for r in rows if r.get("closed") and f"{dst}:5342" in (r["src"], r["dst"])}
+    missed = {json.loads(x)["node"] for x in ctl.read_text().splitlines() if json.loads(x).get("closed")}
+    print(f"receiver read {got.strip()} bytes; waited {stats['close_wait_s']} s for the closing connection; "
+          f"closed lines {sorted(closed)}, control (no grace) {sorted(missed)}")
+    assert stats["errors"] == {}, stats
+    assert "a-h1" not in missed, "the sender's socket had finished closing before the stop: the test shows nothing"
+    assert any("still closing after 0 s" in e for e in control_stats["errors"]), control_stats  # and says so
+    assert 0.2 <= stats["close_wait_s"] < 5.0, stats  # a queue's worth at 1 Mbit/s
+    assert set(closed) == {"a-h1", "b-h1"}, rows
+    n = int(got)
+    assert n <= closed["a-h1"]["bytes_acked"] <= n + 2  # + SYN and FIN
+    assert n <= closed["b-h1"]["bytes_received"] <= n + 2
