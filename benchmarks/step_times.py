@@ -12,21 +12,19 @@ labels ``X`` and ``sequential`` it prints speed-up and ideal
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
+
+from testbed.collect.records import read_jsonl
 
 
 def trial_times(trial: Path, skip: int = 5) -> dict[str, float] | None:
     steps, syncs, comps = [], [], []
     for f in sorted((trial / "events").glob("*.jsonl")):
-        rows = []
-        for line in f.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+        rows, problems = read_jsonl(f, trial)
+        for p in problems:  # a truncated last line is a killed worker's; anything else is worth a look
+            print(f"{trial.name}: {p}", file=sys.stderr)
         comp = sorted((r for r in rows if r.get("phase") == "compute"), key=lambda r: r["ts"])
         comps += [r["dur"] / 1e9 for r in comp[skip:]]
         steps += [(b["ts"] - a["ts"]) / 1e9 for a, b in zip(comp[skip:], comp[skip + 1:])]
