@@ -192,14 +192,14 @@ def _flag(v: Any) -> bool | None:
     return None
 
 
-def unfaithful_text(trials: pd.DataFrame) -> str | None:
-    """One line for figures: how many trials, and which, were unfaithful (None: none)."""
+def unfaithful_text(trials: pd.DataFrame, where: str = "summary.md") -> str | None:
+    """One line for figures: how many trials, and which, were unfaithful, and ``where`` says why (None: none)."""
     bad = _unfaithful(trials)
     if bad.empty:
         return None
     names = ", ".join(sorted(str(x) for x in bad["trial"]))
     return (f"UNFAITHFUL: {len(bad)} of {len(trials)} trials (network not as specified or CPU saturated; "
-            f"see summary.md): {names}")
+            f"see {where}): {names}")
 
 
 def _scheme_table(summary: pd.DataFrame, group_cols: list[str]) -> list[str]:
