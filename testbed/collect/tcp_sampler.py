@@ -3,7 +3,7 @@
 A synchronization that took 200 ms too long is a retransmission timeout, a
 window that never opened, or a queue that filled; the link samplers show the
 link, this sampler shows each connection's view of it.  Every tick it dumps
-the established IPv4 TCP sockets of each target namespace through
+the established (and closing) IPv4 TCP sockets of each target namespace through
 ``NETLINK_SOCK_DIAG`` (pyroute2's ``DiagSocket``, ``INET_DIAG_INFO``: the
 kernel's ``struct tcp_info``, what ``ss -ti`` prints) and writes one line per
 connection that moved data since its last line (``samples/tcp.jsonl``, format
@@ -28,9 +28,9 @@ Why it is built this way:
   TCP socket's final ``tcp_info`` as it is freed, and the next tick writes it
   as a ``closed`` line.  Where the subscription is refused the sampler goes
   on without it (``stats()["errors"]`` says so).
-* A run stopped early (a trial that reached its target kills its trainers)
-  stops the samplers while the killed processes' connections are still
-  closing: an orphaned socket drains its send queue and waits for its FIN's
+* A run cut short (a timeout, a failed worker, Ctrl-C: the trial kills its
+  processes) stops the samplers while the killed processes' connections are
+  still closing: an orphaned socket drains its send queue and waits for its FIN's
   ACK, a round trip or a queue's worth of the emulated link later.  So the
   ticks dump closing sockets too, and before the final tick the sampler waits
   (at most ``close_grace_s``) until no kept connection is still closing
@@ -58,14 +58,15 @@ _INFO_EXT = 1 << (2 - 1)
 #: ``tcpi_snd_ssthresh`` before the first loss ("infinite").
 _INFINITE_SSTHRESH = 0x7FFFFFFF
 _CA_STATES = ("open", "disorder", "cwr", "recovery", "loss")
-#: ``enum tcp_states`` (include/net/tcp_states.h), as socket diagnostics number them
+#: ``enum tcp_states`` (include/net/tcp_states.h; pyroute2's ``SS_*``, not imported here so that the
+#: module loads without pyroute2), as socket diagnostics number them
 _SS_ESTABLISHED, _SS_FIN_WAIT1, _SS_FIN_WAIT2, _SS_CLOSE_WAIT, _SS_LAST_ACK, _SS_CLOSING = 1, 4, 5, 8, 9, 11
 #: what a tick dumps: connections that can still move data, closing ones included
 _DUMPED_STATES = sum(1 << s for s in (_SS_ESTABLISHED, _SS_FIN_WAIT1, _SS_FIN_WAIT2, _SS_CLOSE_WAIT,
                                       _SS_LAST_ACK, _SS_CLOSING))
 #: what the final tick waits out: states a closing connection leaves within round trips once its process is
 #: gone (FIN-WAIT-2 waits for the peer's close and TIME-WAIT sockets carry no counters)
-_CLOSING_STATES = frozenset((_SS_FIN_WAIT1, _SS_CLOSE_WAIT, _SS_LAST_ACK, _SS_CLOSING))
+_CLOSING_MASK = sum(1 << s for s in (_SS_FIN_WAIT1, _SS_CLOSE_WAIT, _SS_LAST_ACK, _SS_CLOSING))
 #: the most the final tick waits for closing connections (a 4 MB send queue drains in 3.4 s at 10 Mbit/s)
 DEFAULT_CLOSE_GRACE_S = 5.0
 
@@ -245,12 +246,11 @@ class TcpSampler(PeriodicSampler):
         return [m for m in msgs if target.keeps(m)]
 
     def _still_closing(self) -> int:
-        """How many kept connections are in a state they leave within round trips (:data:`_CLOSING_STATES`)."""
-        mask = sum(1 << s for s in _CLOSING_STATES)
+        """How many kept connections are in a state they leave within round trips (:data:`_CLOSING_MASK`)."""
         n = 0
         for node, sock in self._socks.items():
             try:
-                msgs = sock.get_sock_stats(family=socket.AF_INET, states=mask, extensions=_INFO_EXT)
+                msgs = sock.get_sock_stats(family=socket.AF_INET, states=_CLOSING_MASK, extensions=_INFO_EXT)
             except Exception:  # noqa: S112 - a node that went away has nothing left to close
                 continue
             n += sum(1 for m in self._kept(node, msgs) if connection_row(m) is not None)

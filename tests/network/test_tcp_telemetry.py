@@ -109,7 +109,7 @@ SLOW = {**SPEC, "name": "tcpkill", "links": [{"a": "a", "b": "b", "rate": "1Mbit
 
 
 def test_a_connection_killed_mid_transfer_still_gets_its_closed_line(tmp_path):
-    """A trial that reaches its target kills its trainers and stops the samplers at once; a killed sender's
+    """A trial cut short (timeout, failed worker, Ctrl-C) kills its processes and stops the samplers at once; a killed sender's
     socket lives on, orphaned, draining its send queue over the emulated link before its FIN is
     acknowledged.  The sampler waits for it (``close_grace_s``), so the connection's last line is the
     kernel's final one, ``closed``, with every byte the receiver read.  A second sampler with no grace,
