@@ -112,13 +112,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         from .lr_search import load_picks
 
         load_picks(lr_from)  # a wrong path is a usage error (exit 2) before anything is built
-    return _run_spec(spec, as_json=getattr(args, "json", False),
-                     lr_search="skip" if getattr(args, "skip_lr_search", False) else "run", lr_search_from=lr_from)
+    mode = "run"
+    if getattr(args, "skip_lr_search", False):
+        mode = "skip"
+    elif getattr(args, "lr_search_only", False):
+        if spec.lr_search is None:
+            raise ValidationError("--lr-search-only", f"{args.experiment} has no lr_search: section, so there is "
+                                  "nothing to search", "add an lr_search: section (README \"Learning rates\") "
+                                  "or drop --lr-search-only")
+        mode = "only"
+    return _run_spec(spec, as_json=getattr(args, "json", False), lr_search=mode, lr_search_from=lr_from,
+                     spec_arg=args.experiment)
 
 
 def _run_spec(spec: Any, as_json: bool = False, run_dir: Path | None = None,
               extra: dict[str, Any] | None = None, lr_search: str = "run",
-              lr_search_from: str | None = None) -> int:
+              lr_search_from: str | None = None, spec_arg: str = "SPEC") -> int:
     """Preflight, run every trial, print the summary (a table, or JSON on stdout); the exit status."""
     from ..ownership import hand_over, missing_parents
     from .runner import new_run_dir
@@ -136,6 +145,11 @@ def _run_spec(spec: Any, as_json: bool = False, run_dir: Path | None = None,
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     if as_json:
         print(json.dumps(run_json(res), indent=2, default=str))
+    elif lr_search == "only":
+        print(picks_table(res.picks or {}))
+        print(f"\nlr search records: {res.dir / 'lr_search' / 'lr_search.csv'}"
+              f"\ntrials at these picks: testbed run {spec_arg} "
+              f"--lr-search-from {res.dir}")
     else:
         print(summary_table(res))
         print(f"\nresults: {res.dir}")
@@ -177,11 +191,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def run_json(res: Any) -> dict[str, Any]:
-    """``run --json``: where the results are and how each trial ended."""
+    """``run --json``: where the results are, how each trial ended, the lr picks (with ``lr_search``)."""
     return {"results": str(res.dir), "interrupted": res.interrupted, "disk_error": res.disk_error or None,
             "trials": [{"label": t.label, "rep": t.rep, "status": t.status, "reason": t.reason,
                         "wall_s": round(t.wall_s, 3), "dir": str(t.dir), "last": t.last} for t in res.trials],
+            "lr_picks": res.picks,
             "summary": str(res.dir / "summary.md") if (res.dir / "summary.md").exists() else None}
+
+
+def picks_table(picks: dict[str, Any]) -> str:
+    """``run --lr-search-only``: each searched scheme's pick, whether it was searched, and an edge warning."""
+    rows = [("scheme", "lr", "source", "note")]
+    for label, p in picks.items():
+        note = f"at the {p['at_edge']} value tried: extend the grid" if p.get("at_edge") else p.get("note", "")
+        rows.append((label, f"{p.get('lr'):g}" if isinstance(p.get("lr"), (int, float)) else "-",
+                     str(p.get("source", "")), note))
+    if len(rows) == 1:
+        return "no pick (the search was stopped before any scheme finished)"
+    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(x) for c, x in zip(r, w)).rstrip() for r in rows)
 
 
 def cmd_rerun(args: argparse.Namespace) -> int:
@@ -252,6 +280,10 @@ def register(sub: Any) -> None:
     lr = run.add_mutually_exclusive_group()
     lr.add_argument("--skip-lr-search", action="store_true",
                     help="ignore the spec's lr_search: run every scheme at its given lr (recorded as 'given')")
+    lr.add_argument("--lr-search-only", action="store_true",
+                    help="run the spec's lr_search and stop before the trials: prints each scheme's pick and "
+                         "writes lr_search/lr_search.{csv,json} (no report); run the trials later with "
+                         "--lr-search-from RUN_DIR")
     lr.add_argument("--lr-search-from", metavar="DIR",
                     help="reuse the per-scheme lr picks of an earlier run's search (its run directory or "
                          "lr_search.json) instead of searching again")

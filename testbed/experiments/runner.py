@@ -40,6 +40,8 @@ class RunResult:
     interrupted: bool = False
     #: why the results could not be written (disk full, read-only), which stopped the run
     disk_error: str = ""
+    #: the lr each scheme trained at, when the spec has ``lr_search`` (``{label: pick}``)
+    picks: dict[str, Any] | None = None
 
     @property
     def failed(self) -> list[TrialResult]:
@@ -65,7 +67,8 @@ def run_experiment(spec: ExperimentSpec, run_dir: Path | None = None, report: bo
     """Every scheme x repetition (``trial_fn``: ``run_trial``, or a fake in tests).
 
     With the spec's ``lr_search`` (and ``lr_search="run"``) the per-scheme lr search runs first
-    and the trials use its picks; ``lr_search="skip"`` runs at the given lrs;
+    and the trials use its picks; ``lr_search="only"`` runs the search and no trial (its records
+    are the run's result, and no report is made); ``lr_search="skip"`` runs at the given lrs;
     ``lr_search_from`` reuses an earlier run's picks (``lr_search``)."""
     from .lr_search import apply_picks, check_seed, load_picks, run_lr_search
 
@@ -73,14 +76,16 @@ def run_experiment(spec: ExperimentSpec, run_dir: Path | None = None, report: bo
     run_dir = run_dir or new_run_dir(spec)
     run_dir.mkdir(parents=True, exist_ok=True)
     picks: dict[str, Any] | None = None
-    searching = spec.lr_search is not None and lr_search == "run" and lr_search_from is None
+    searching = spec.lr_search is not None and lr_search in ("run", "only") and lr_search_from is None
+    search_only = searching and lr_search == "only"
+    report = report and not search_only  # the search's lr_search.csv/.json are the records
     if lr_search_from is not None:
         picks = load_picks(lr_search_from)
     elif searching:
         check_seed(spec)
     n_search = sum(len(spec.lr_search.values_for(1.0)) for s in spec.schemes
                    if spec.lr_search.schemes is None or s.label in spec.lr_search.schemes) if searching else 0
-    trials = [(s, r) for r in range(spec.repetitions) for s in spec.schemes]
+    trials = [] if search_only else [(s, r) for r in range(spec.repetitions) for s in spec.schemes]
     prog = Progress(len(trials) + n_search, heading=heading)
     result = RunResult(run_dir)
     # the handlers stay through the manifest and the report: a press there is noted, not raised
@@ -106,6 +111,7 @@ def run_experiment(spec: ExperimentSpec, run_dir: Path | None = None, report: bo
                 manifest["lr_search"]["records"] = str(run_dir / "lr_search" / "lr_search.json")
             if picks is not None:
                 manifest["lr_search"]["picks"] = picks
+                result.picks = picks
             elif spec.lr_search is not None:  # --skip-lr-search: say so in every trial's provenance
                 picks = {s.label: {"lr": (s.training.get("optimizer") or {}).get("lr"), "source": "given",
                                    "note": "the spec's lr_search was skipped (--skip-lr-search)"}

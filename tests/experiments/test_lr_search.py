@@ -177,6 +177,48 @@ def test_skip_and_reuse(tmp_path):
     assert e.value.field == "--lr-search-from"
 
 
+def test_search_only_runs_no_trial_and_returns_the_picks(tmp_path):
+    """``--lr-search-only``: the search and its records, no trial, no report; the picks are the
+    result, and a later ``--lr-search-from`` of that run trains at them."""
+    spec = _spec(values=[0.01, 0.03, 0.1, 0.3, 1.0], steps=20)
+    fake = FakeTrials()
+    res = run_experiment(spec, run_dir=tmp_path / "s", trial_fn=fake, lr_search="only")  # report left on
+    assert fake.calls and all("lr_search" in c["dir"].parts for c in fake.calls)
+    assert res.trials == [] and not (tmp_path / "s" / "trials").exists()
+    assert not (tmp_path / "s" / "summary.md").exists() and not (tmp_path / "s" / "tables").exists()
+    assert {k: v["lr"] for k, v in res.picks.items()} == BEST
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    assert manifest["lr_search"]["mode"] == "only" and manifest["trials"] == []
+    later = FakeTrials()
+    run_experiment(spec, run_dir=tmp_path / "t", report=False, trial_fn=later, lr_search_from=tmp_path / "s")
+    assert len(later.calls) == 4 and all(c["lr"] == BEST[c["label"]] for c in later.calls)
+
+
+def test_search_only_cli(tmp_path):
+    """From the command line: a spec without ``lr_search:`` is a usage error naming the flag (exit 2,
+    nothing made); the picks table names the edge warning."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from testbed.experiments.cli import picks_table
+
+    spec = tmp_path / "plain.yaml"
+    spec.write_text(yaml.safe_dump(BASE))
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(spec), "--lr-search-only",
+                        "--results", str(tmp_path / "res")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "--lr-search-only" in r.stderr and "lr_search:" in r.stderr
+    assert not (tmp_path / "res").exists()
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "run", "--help"], capture_output=True, text=True)
+    assert "--lr-search-only" in r.stdout
+    table = picks_table({"bsp": {"lr": 0.1, "source": "searched", "at_edge": "largest"},
+                         "g": {"lr": 0.03, "source": "searched"}})
+    assert "largest value tried" in table and "0.03" in table
+    assert "no pick" in picks_table({})
+
+
 def test_every_value_failed_keeps_the_given_lr(tmp_path):
     spec = _spec(values=[0.01, 0.03, 0.1, 0.3], schemes=["bsp"])
     fake = FakeTrials(fail={0.01, 0.03, 0.1, 0.3})
