@@ -131,15 +131,35 @@ def host_ip(net, dc: str) -> str:
     return net.plan.nodes[f"{dc}-h1"].ip
 
 
+def resolve_path(net, src: str, dst_ip: str, tries: int = 20) -> None:
+    """Ping ``dst_ip`` from ``src`` until an echo comes back, so every hop has its neighbour.
+
+    A stream's first datagram otherwise starts ARP on its first hop, and while that waits the
+    kernel holds only ``unres_qlen_bytes`` (212992) of datagrams, 92 of the 1042-byte frames,
+    and drops the rest.  On a link that corrupts or loses a share of its frames the ARP reply can
+    be one of them (retried after 1 s): a 4000-datagram stream then arrives as its first 92, as
+    CI's duplicate test saw twice.  The ping is retried for the same reason.
+    """
+    for _ in range(tries):
+        p = net.popen(src, ["ping", "-n", "-q", "-c", "1", "-W", "1", dst_ip],
+                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if p.wait(timeout=30) == 0:
+            return
+    pytest.fail(f"{src} cannot reach {dst_ip}: no echo in {tries} pings")
+
+
 def probe(net, src: str, dst: str, dst_ip: str, count: int, burst: int, gap_s: float,
-          idle_s: float = 3.0, port: int = 7700) -> dict[str, Any]:
-    """UDP stream src -> dst (nodes); the receiver's report (order, one-way delays)."""
-    rx = net.popen(dst, [sys.executable, PROBE, "recv", dst_ip, str(port), str(count), str(idle_s)],
+          idle_s: float = 3.0, port: int = 7700, size: int = 64, expect: int | None = None) -> dict[str, Any]:
+    """UDP stream of ``count`` datagrams of ``size`` bytes src -> dst (nodes), after the path's
+    neighbours are resolved; the receiver's report (order, one-way delays).  The receiver stops at
+    ``expect`` datagrams (default ``count``) or when idle after the sender is done."""
+    resolve_path(net, src, dst_ip)
+    rx = net.popen(dst, [sys.executable, PROBE, "recv", dst_ip, str(port), str(expect or count), str(idle_s)],
                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert rx.stdout.readline().strip() == "READY", rx.stderr.read()
-        tx = net.popen(src, [sys.executable, PROBE, "send", dst_ip, str(port), str(count), str(burst), str(gap_s)],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        tx = net.popen(src, [sys.executable, PROBE, "send", dst_ip, str(port), str(count), str(burst), str(gap_s),
+                             str(size)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out, err = tx.communicate(timeout=300)
         assert tx.returncode == 0, err
         assert json.loads(out)["sent"] == count

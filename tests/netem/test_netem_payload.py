@@ -18,14 +18,12 @@ or UDP checksum drops it (counted in the receiving namespace's
 
 from __future__ import annotations
 
-import json
 import math
 import subprocess
-import sys
 
 import pytest
 
-from tests.netem.test_netem import PROBE, _netem_ok, peer_ip, report, router
+from tests.netem.test_netem import _netem_ok, peer_ip, probe, report, router
 from topologies import from_dict
 
 pytestmark = [pytest.mark.netem, pytest.mark.root]
@@ -54,21 +52,9 @@ def net():
 
 
 def stream(net, src: str, dst: str, count: int, expect: int, port: int) -> dict:
-    rx = net.popen(router(dst), [sys.executable, PROBE, "recv", peer_ip(net, src, dst), str(port), str(expect), "3"],
-                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert rx.stdout.readline().strip() == "READY", rx.stderr.read()
-        tx = net.popen(router(src), [sys.executable, PROBE, "send", peer_ip(net, src, dst), str(port), str(count), "20",
-                                     "0.004", str(SIZE)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        out, err = tx.communicate(timeout=300)
-        assert tx.returncode == 0, err
-        out, err = rx.communicate(timeout=120)
-    finally:
-        if rx.poll() is None:
-            rx.kill()
-            rx.wait()
-    assert rx.returncode == 0, err
-    return json.loads(out)
+    """``count`` datagrams of SIZE bytes from router ``src`` to router ``dst`` (4 ms per 20)."""
+    return probe(net, router(src), router(dst), peer_ip(net, src, dst), count, 20, 0.004, port=port, size=SIZE,
+                 expect=expect)
 
 
 def snmp(net, node: str) -> dict[str, int]:

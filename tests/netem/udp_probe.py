@@ -11,8 +11,10 @@ arrived, or when nothing arrived for IDLE_S seconds *after* the caller said
 the sender is done (a line on the receiver's stdin, or its end).  The idle
 clock starting only then matters: on a loaded machine, and far more under the
 kernel lab's emulated CPU, a sender can be descheduled for longer than any
-idle timeout mid-stream; a receiver that took that pause for the stream's
-end reported 92 of 4000 packets.
+idle timeout mid-stream (a native test pauses one for 4 idle timeouts).
+(CI's "92 of 4000" was first blamed on such a pause; it recurred with this
+receiver, and its cause was the first hop's ARP: see ``resolve_path`` in
+``test_netem.py``, which every stream now calls first.)
 """
 
 from __future__ import annotations
