@@ -208,8 +208,9 @@ def picks_table(picks: dict[str, Any]) -> str:
                      str(p.get("source", "")), note))
     if len(rows) == 1:
         return "no pick (the search was stopped before any scheme finished)"
-    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(x) for c, x in zip(r, w)).rstrip() for r in rows)
+    from .runner import columns
+
+    return columns(rows)
 
 
 def cmd_rerun(args: argparse.Namespace) -> int:

@@ -233,5 +233,10 @@ def summary_table(result: RunResult) -> str:
     for t in result.trials:
         rows.append((f"{t.label}-r{t.rep}", t.status, f"{t.wall_s:.1f}", str(t.last.get("step", "-")),
                      str(t.last.get("loss", "-"))[:8]))
+    return columns(rows)
+
+
+def columns(rows: list[tuple[str, ...]]) -> str:
+    """Rows of strings as left-aligned text columns (the CLI's plain tables)."""
     w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(x) for c, x in zip(r, w)) for r in rows)
+    return "\n".join("  ".join(c.ljust(x) for c, x in zip(r, w)).rstrip() for r in rows)

@@ -141,9 +141,7 @@ def resolve_path(net, src: str, dst_ip: str, tries: int = 20) -> None:
     CI's duplicate test saw twice.  The ping is retried for the same reason.
     """
     for _ in range(tries):
-        p = net.popen(src, ["ping", "-n", "-q", "-c", "1", "-W", "1", dst_ip],
-                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if p.wait(timeout=30) == 0:
+        if ping(net, src, dst_ip, count=1, timeout=30).received:
             return
     pytest.fail(f"{src} cannot reach {dst_ip}: no echo in {tries} pings")
 
