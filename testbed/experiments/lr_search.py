@@ -252,7 +252,7 @@ def _name(v: float) -> str:
     return f"lr={v:.6g}"
 
 
-TrialFn = Callable[..., Any]  # run_trial(spec, scheme, rep, trial_dir, progress=, log=, stop_flag=) -> TrialResult
+TrialFn = Callable[..., Any]  # run_trial(spec, scheme, rep, trial_dir, progress=, log=, stop_flag=, name=) -> TrialResult
 
 
 def run_lr_search(spec: ExperimentSpec, run_dir: Path, trial_fn: TrialFn | None = None,
@@ -299,7 +299,7 @@ def run_lr_search(spec: ExperimentSpec, run_dir: Path, trial_fn: TrialFn | None 
                 progress.start_trial(f"lr search {scheme.label} {_name(v)}", training["stop"].get("steps"),
                                      training["stop"].get("wall_s"))
             tr = trial_fn(sspec, run, 0, tdir, progress=getattr(progress, "update", None), log=log,
-                          stop_flag=stopped)
+                          stop_flag=stopped, name=f"lr search {scheme.label} lr={v:g}")
             if progress is not None:
                 progress.finish_trial()
             ttt, final = _outcome(tdir, target)

@@ -105,7 +105,9 @@ def _tail_metrics(trial_dir: Path) -> dict[str, Any]:
 
 def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path,
               progress: Callable[..., None] | None = None, log: Callable[[str], None] | None = None,
-              stop_flag: Callable[[], bool] | None = None) -> TrialResult:
+              stop_flag: Callable[[], bool] | None = None, name: str | None = None) -> TrialResult:
+    """One trial on a fresh network; ``name`` is how its messages name it (default ``trial LABEL rREP``;
+    the lr search names its trials by scheme and lr, which is what its progress line shows)."""
     from ..collect.recorder import anchored_offset, events_path
     from ..collect.samplers import LinkTarget, ProcTarget, SamplerSet
     from ..collect.tcp_sampler import TcpTarget
@@ -113,6 +115,7 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
     from ..training.jobs import Placement, command_for, make_jobs, write_jobs
 
     say = log or (lambda m: None)
+    name = name or f"trial {scheme.label} r{rep}"
     show = progress or (lambda *a, **kw: None)
     stopped = stop_flag or (lambda: False)
     trial_dir.mkdir(parents=True, exist_ok=False)
@@ -279,7 +282,7 @@ def run_trial(spec: ExperimentSpec, scheme: SchemeRun, rep: int, trial_dir: Path
     finally:
         with interrupts_deferred(say):  # a second Ctrl-C must not leave the network up
             _finish(manifest, result, procs, player, net, samplers, cpu, trial_dir, t_start, spec, say,
-                    merge_trial, cross)
+                    merge_trial, cross, name=name)
     result.last = _tail_metrics(trial_dir)
     return result
 
@@ -357,7 +360,8 @@ def interrupts_deferred(say: Callable[[str], None]) -> Iterator[None]:
 
 def _finish(manifest: dict[str, Any], result: TrialResult, procs: list[ProcInfo], player: Any, net: Any,
             samplers: Any, cpu: CpuSaturation | None, trial_dir: Path, t_start: float, spec: ExperimentSpec,
-            say: Callable[[str], None], merge_trial: Callable[..., Any], cross: Any = None) -> None:
+            say: Callable[[str], None], merge_trial: Callable[..., Any], cross: Any = None,
+            name: str = "trial") -> None:
     """The trial's teardown and records: processes, cross traffic, schedule, daemons' health, samplers,
     network, manifest, trace (every step guarded: a failing one never skips the later ones)."""
     _stop_all(procs)
@@ -410,7 +414,7 @@ def _finish(manifest: dict[str, Any], result: TrialResult, procs: list[ProcInfo]
     }
     unfaithful = faithfulness(manifest)
     if unfaithful:
-        say(f"trial {manifest.get('label')} r{manifest.get('rep')}: UNFAITHFUL: " + "; ".join(unfaithful))
+        say(f"{name}: UNFAITHFUL: " + "; ".join(unfaithful))
     manifest.update({
         "faithful": not unfaithful, "unfaithful_reasons": unfaithful,
         "end": time.time(), "status": result.status, "reason": result.reason,

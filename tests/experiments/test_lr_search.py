@@ -44,12 +44,12 @@ class FakeTrials:
         self.calls: list[dict] = []
         self.fail = fail or set()
 
-    def __call__(self, spec, scheme, rep, trial_dir: Path, progress=None, log=None, stop_flag=None):
+    def __call__(self, spec, scheme, rep, trial_dir: Path, progress=None, log=None, stop_flag=None, name=None):
         trial_dir.mkdir(parents=True, exist_ok=False)
         lr = scheme.training["optimizer"]["lr"]
         seed = spec.seed + rep
         self.calls.append({"label": scheme.label, "lr": lr, "seed": seed, "dir": trial_dir,
-                           "stop": scheme.training["stop"], "provenance": scheme.lr_provenance})
+                           "stop": scheme.training["stop"], "provenance": scheme.lr_provenance, "name": name})
         if lr in self.fail:
             return TrialResult(scheme.label, rep, trial_dir, "failed", "diverged")
         dist = abs(math.log10(lr) - math.log10(BEST[scheme.label]))
@@ -102,6 +102,9 @@ def test_search_then_trials_with_the_picks(tmp_path):
     assert {c["seed"] for c in search} == {3 + SEED_OFFSET}
     assert {c["seed"] for c in real} == {3, 4}
     assert all(c["stop"]["steps"] == 20 for c in search) and all(c["stop"]["steps"] == 50 for c in real)
+    # the search's trials are named by scheme and lr in their messages (not "trial bsp r0")
+    assert [c["name"] for c in search[:2]] == ["lr search bsp lr=0.01", "lr search bsp lr=0.03"]
+    assert all(c["name"] is None for c in real)
     run = tmp_path / "run"
     assert (run / "lr_search" / "bsp" / "lr=0.3" / "metrics.csv").is_file()
     # the picks: the fake's best per scheme, used by every real trial and recorded as searched

@@ -17,7 +17,7 @@ from testbed.training.local import run_local  # noqa: E402
 pytestmark = [pytest.mark.torch, pytest.mark.slow]  # 5 loopback trials: ~60 s on 2 busy cores
 
 
-def loopback_trial(spec, scheme, rep, trial_dir: Path, progress=None, log=None, stop_flag=None):
+def loopback_trial(spec, scheme, rep, trial_dir: Path, progress=None, log=None, stop_flag=None, name=None):
     """run_trial's contract on 127.0.0.1: the same seed rule, metrics.csv and a manifest with lr."""
     training = dict(scheme.training, seed=spec.seed + rep)
     res = run_local(training, {"a": 1, "b": 1}, trial_dir, timeout_s=60)

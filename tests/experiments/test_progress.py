@@ -158,7 +158,7 @@ def test_a_second_ctrl_c_after_the_trial_is_only_noted(tmp_path, monkeypatch, ca
                              "collectors": {"links": False, "procs": False, "trace": False}})
     seen: dict[str, object] = {}
 
-    def trial(spec, scheme, rep, trial_dir, progress=None, log=None, stop_flag=None):
+    def trial(spec, scheme, rep, trial_dir, progress=None, log=None, stop_flag=None, name=None):
         trial_dir.mkdir(parents=True)
         os.kill(os.getpid(), signal.SIGINT)  # the first press: stop after this trial
         seen["flag"] = stop_flag()
