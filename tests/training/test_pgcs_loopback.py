@@ -217,7 +217,7 @@ def test_ddp_overlap_syncs_buckets_while_backward_runs(tmp_path):
         assert sorted(computes) == sorted(syncs) == [0, 1, 2, 3]
         for step, c in computes.items():
             end = c["ts"] + c["dur"]
-            assert c["dur"] >= compute_s * 1e9 - 2e6, c  # the set time, all of it
+            assert c["dur"] >= compute_s * 1e9 - 1e5, c  # the set time, all of it (a floor, also under load)
             assert len(syncs[step]) == 4
             first = min(s["ts"] for s in syncs[step])
             # the first bucket (the last two layers) is ready a third + a quarter of two thirds in:

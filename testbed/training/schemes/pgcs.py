@@ -166,8 +166,12 @@ class _Trainer:
             flat.grad_buf[flat.n] = 1.0 if vote else 0.0
             loss = wl.loss(flat.model, batch)
             fields: dict[str, Any] = {}
+            set_end = 0.0  # with a set time: when the step's compute ends if backward takes last time's
             if during_backward is not None:  # count the backward still to come (last time's) as spent
-                left = ctx.plan_compute(wl, time.perf_counter() - t0 + slot.backward_s)
+                t_plan = time.perf_counter()
+                left = ctx.plan_compute(wl, t_plan - t0 + slot.backward_s)
+                if left.pad_s + left.sleep_s > 0:
+                    set_end = t_plan + slot.backward_s + left.pad_s + left.sleep_s
                 left.spend(1.0 - BACKWARD_SHARE)  # the forward's share
                 during_backward.start(left)
                 fields = left.fields
@@ -180,6 +184,8 @@ class _Trainer:
                 during_backward.finish()  # shares of parameters that got no gradient
             # the real backward's time (what the next step's set time counts as spent), not the set time's
             slot.backward_s = time.perf_counter() - tb - (during_backward.spent_s if during_backward else 0.0)
+            # a backward faster than last time's would end the step short of its set time: top it up
+            wl.spend(set_end - time.perf_counter())
             if during_backward is None:
                 fields = ctx.finish_compute(wl, t0)
             sp.set(loss=round(value, 6), **fields)
