@@ -223,6 +223,10 @@ def test_ddp_overlap_syncs_buckets_while_backward_runs(tmp_path):
             # the first bucket (the last two layers) is ready a third + a quarter of two thirds in:
             # 0.15 s before the end; allow half of that for a loaded machine
             assert end - first >= 0.5 * 0.5 * compute_s * 1e9, (step, (end - first) / 1e9)
+            # the last bucket (the first layer's) is ready when the set time is over, not before: a
+            # backward faster than the last step's does not hand the sync a head start
+            last = max(s["ts"] for s in syncs[step])
+            assert last >= c["ts"] + compute_s * 1e9 - 1e5, (step, (c["ts"] + compute_s * 1e9 - last) / 1e6)
 
 
 def test_hierarchical_synthetic_experts_stop_together_on_wall_clock(tmp_path):

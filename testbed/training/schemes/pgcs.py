@@ -106,15 +106,21 @@ BACKWARD_SHARE = 2.0 / 3.0
 class BackwardTime:
     """The backward's share of a step's set compute, spent through the gradient hooks: each parameter's
     share (``fraction`` of the model's elements) just before its gradient counts as ready, so DDP-style
-    buckets become ready one after another while backward runs."""
+    buckets become ready one after another while backward runs.
+
+    The set time is planned before backward, counting the backward still to come at last step's length;
+    a faster backward this time would end the step short of its set time, so the last share also waits
+    until ``set_end`` (the planned end): the last gradient is ready when the set time is over, never
+    before (a real backward of the set length ends there too)."""
 
     def __init__(self) -> None:
         self.left: ComputeLeft | None = None
+        self.set_end = 0.0  # perf_counter() when the step's set compute ends; 0: no set time
         self.spent = 0.0  # fraction of the backward's share spent
         self.spent_s = 0.0  # and the seconds that took (not the real backward's: the next step counts that)
 
-    def start(self, left: ComputeLeft) -> None:
-        self.left, self.spent, self.spent_s = left, 0.0, 0.0
+    def start(self, left: ComputeLeft, set_end: float) -> None:
+        self.left, self.set_end, self.spent, self.spent_s = left, set_end, 0.0, 0.0
 
     def spend(self, fraction: float) -> None:
         if self.left is None:
@@ -122,8 +128,10 @@ class BackwardTime:
         share = min(fraction, 1.0 - self.spent)
         t = time.perf_counter()
         self.left.spend(BACKWARD_SHARE * share)
-        self.spent_s += time.perf_counter() - t
         self.spent += share
+        if self.spent >= 1.0 - 1e-9:  # the last share: not before the set time is over
+            self.left.wl.spend(self.set_end - time.perf_counter())
+        self.spent_s += time.perf_counter() - t
 
     def finish(self) -> None:
         """What no hook spent (parameters without a gradient this step), so the step keeps its set time."""
@@ -166,14 +174,12 @@ class _Trainer:
             flat.grad_buf[flat.n] = 1.0 if vote else 0.0
             loss = wl.loss(flat.model, batch)
             fields: dict[str, Any] = {}
-            set_end = 0.0  # with a set time: when the step's compute ends if backward takes last time's
             if during_backward is not None:  # count the backward still to come (last time's) as spent
                 t_plan = time.perf_counter()
                 left = ctx.plan_compute(wl, t_plan - t0 + slot.backward_s)
-                if left.pad_s + left.sleep_s > 0:
-                    set_end = t_plan + slot.backward_s + left.pad_s + left.sleep_s
+                set_end = t_plan + slot.backward_s + left.pad_s + left.sleep_s if left.pad_s + left.sleep_s else 0.0
                 left.spend(1.0 - BACKWARD_SHARE)  # the forward's share
-                during_backward.start(left)
+                during_backward.start(left, set_end)
                 fields = left.fields
             tb = time.perf_counter()
             loss.backward()
@@ -184,8 +190,6 @@ class _Trainer:
                 during_backward.finish()  # shares of parameters that got no gradient
             # the real backward's time (what the next step's set time counts as spent), not the set time's
             slot.backward_s = time.perf_counter() - tb - (during_backward.spent_s if during_backward else 0.0)
-            # a backward faster than last time's would end the step short of its set time: top it up
-            wl.spend(set_end - time.perf_counter())
             if during_backward is None:
                 fields = ctx.finish_compute(wl, t0)
             sp.set(loss=round(value, 6), **fields)
