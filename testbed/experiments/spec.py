@@ -2,6 +2,7 @@
 
 ```yaml
 name: demo                      # results/<name>/<run-id>/
+extends: base.yaml              # optional: start from another spec file (resolve_extends)
 topology: three_dc_triangle     # bundled name, a path, or an inline topology mapping
 scale: 1.0                      # multiply WAN rates (recorded)
 impairment: auto                # auto | netem | userspace | none
@@ -158,7 +159,10 @@ class ExperimentSpecModel(SpecModel):
     """An experiment: one topology, every scheme x repetition on a fresh network (README "Experiments")."""
 
     name: str | None = unit_field(None, pattern=_LABEL, fix="use letters, digits, '_', '-', '.'")
-    """results go to results/<name>/<run-id>/ (default: the file name)"""
+    """results go to results/<name>/<run-id>/ (default: the file name; never inherited through extends)"""
+    extends: str | None = unit_field(None, fix="e.g. extends: gsyn_3dc_lr_search.yaml (a path relative to this file)")
+    """another experiment file (relative to this one) this one starts from: mappings merge key by key,
+    anything else (a list such as schemes:, a value, a scheme section) replaces the base's"""
     description: str = ""
     topology: str | dict[str, Any] = unit_field(..., fix="e.g. topology: three_dc_triangle")
     """bundled name, a path (relative to the spec), or an inline topology mapping"""
@@ -201,12 +205,56 @@ KEYS = tuple(ExperimentSpecModel.model_fields)
 COLLECTOR_KEYS = tuple(CollectorsSpec.model_fields)
 
 
+def resolve_extends(data: Any, source: str = "", _chain: tuple[Path, ...] = ()) -> Any:
+    """The experiment mapping with its ``extends:`` chain merged in (the mapping itself when it has none).
+
+    Why: two comparisons that differ in one field (a straggler's slowdown, the searched schemes) were
+    kept as two whole copies that drifted apart.  The base's relative ``topology:`` and ``schedule:``
+    files are rewritten relative to this file, so a base in another folder still finds its own; the
+    base's ``name`` is dropped (a child without one is named after its own file, never writing into
+    the base's results folder).  What runs, and what a run records (``resolved_spec``), is the merged
+    mapping: a later edit of the base changes the hash of a sweep point that extends it.
+    """
+    if not isinstance(data, dict) or "extends" not in data:
+        return data
+    ref = data["extends"]
+    if not isinstance(ref, str) or not ref:
+        raise ValidationError("extends", f"expected a file path, got {ref!r}",
+                              "e.g. extends: gsyn_3dc_lr_search.yaml (relative to this file)")
+    here = Path(source).resolve().parent if source else Path.cwd()
+    base_path = (here / ref).resolve()
+    if not base_path.is_file():
+        raise ValidationError("extends", f"no experiment file {ref!r} (looked for {base_path})",
+                              "give a path relative to the file that extends it")
+    chain = (*_chain, Path(source).resolve()) if source else _chain
+    if base_path in chain:
+        names = " -> ".join(p.name for p in (*chain, base_path))
+        raise ValidationError("extends", f"a cycle: {names}", "make one of these files stop extending the other")
+    try:
+        base = resolve_extends(read_mapping(base_path), str(base_path), chain)
+    except ValidationError as e:
+        raise ValidationError(f"extends ({ref}): {e.field}", e.problem, e.fix) from None
+    if not isinstance(base, dict):
+        raise ValidationError("extends", f"{ref!r} is not an experiment mapping", "extend an experiment YAML")
+    base = dict(base)
+    base.pop("name", None)
+    for key in ("topology", "schedule"):
+        val = base.get(key)
+        if isinstance(val, str) and (base_path.parent / val).is_file() and base_path.parent != here:
+            base[key] = str((base_path.parent / val).resolve())
+    over = {k: v for k, v in data.items() if k != "extends"}
+    return _deep_merge(base, over)
+
+
 def parse_experiment(data: Any, source: str = "") -> ExperimentSpec:
     from ..training.config import validate_training
 
     if not isinstance(data, dict):
         raise ValidationError("experiment", "expected a mapping", "see README: experiment spec reference")
     m = validate(ExperimentSpecModel, data)
+    if m.extends is not None:
+        raise ValidationError("extends", "unresolved: this mapping was not read from its file",
+                              "pass the file's path (load_experiment), or call resolve_extends(mapping, source) first")
     name = m.name or (Path(source).stem if source else "")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name or ""):
         raise ValidationError("name", f"bad experiment name {name!r}", "use letters, digits, '_', '-', '.'")
@@ -313,4 +361,4 @@ def load_experiment(path: str | Path) -> ExperimentSpec:
             p = bundled
         else:
             raise ValidationError("experiment", f"no file {str(path)!r}", "give the path of an experiment YAML")
-    return parse_experiment(read_mapping(p), source=str(p))
+    return parse_experiment(resolve_extends(read_mapping(p), str(p)), source=str(p))

@@ -36,7 +36,7 @@ from traffic_control.units import parse_percent, parse_rate, parse_time
 
 from ..ownership import hand_over, missing_parents
 from .runner import RecordsUnwritable, run_experiment
-from .spec import parse_experiment
+from .spec import parse_experiment, resolve_extends
 
 
 class SweepSpec(SpecModel):
@@ -143,10 +143,10 @@ def expand(sweep: dict[str, Any], source: str = "") -> tuple[str, list[tuple[dic
         p = Path(source).parent / base if source else Path(base)
         if not p.is_file():
             raise ValidationError("experiment", f"no experiment file {base!r}", "give a path relative to the sweep file")
-        base_map = read_mapping(p)
+        base_map = resolve_extends(read_mapping(p), str(p))
         base_src = str(p)
     else:
-        base_map, base_src = dict(base), source
+        base_map, base_src = resolve_extends(dict(base), source), source
     grid = m.grid
     for k, vals in grid.items():
         if not vals:

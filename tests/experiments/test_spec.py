@@ -155,3 +155,90 @@ def test_sweep_only_with_a_value_no_point_has_exits_2_and_creates_nothing(tmp_pa
     assert r.returncode == 2, r.stderr
     assert "--only" in r.stderr and "seed has no value '7'" in r.stderr and "use one of: 1, 2" in r.stderr
     assert not out.exists()
+
+
+def _write(path: Path, data: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_extends_merges_mappings_and_replaces_lists(tmp_path: Path) -> None:
+    """``extends:``: the child changes one field of a base file; mappings merge key by key, lists (schemes)
+    and scheme sections replace; the base's name is never inherited (a child would write into its folder)."""
+    base = {**BASE, "name": "base_run", "seed": 15, "training": {
+        "workload": {"name": "digits"}, "stop": {"steps": 5},
+        "optimizer": {"name": "sgd", "lr": 0.1, "lr_rule": "linear"},
+        "compute": {"mode": "emulated", "profile": "resnet50-a100-tf32", "factor_by_dc": {"west": 3.0}}},
+        "lr_search": {"seed": 1015, "schemes": ["bsp", "g"]}}
+    _write(tmp_path / "base.yaml", base)
+    child = _write(tmp_path / "west15.yaml", {
+        "extends": "base.yaml", "training": {"compute": {"factor_by_dc": {"west": 1.5}}, "optimizer": {"lr": 0.3}},
+        "lr_search": {"schemes": ["g"]}, "schemes": ["bsp", {"label": "g", "scheme": {"name": "gsyn", "groups": 2}}]})
+    spec = load_experiment(str(child))
+    assert spec.name == "west15"  # its own file's name, not base_run
+    assert spec.seed == 15 and spec.topology.name == "two_dc"
+    tr = spec.schemes[1].training
+    assert tr["compute"]["factor_by_dc"] == {"west": 1.5} and tr["compute"]["profile"] == "resnet50-a100-tf32"
+    assert tr["optimizer"] == {"name": "sgd", "lr": 0.3, "lr_rule": "linear"}
+    assert tr["stop"] == {"steps": 5} and tr["scheme"] == {"name": "gsyn", "groups": 2}
+    assert spec.lr_search is not None and [s for s in spec.lr_search.schemes] == ["g"]
+    assert "extends" not in spec.raw and spec.raw["lr_search"]["seed"] == 1015  # what a run records
+    assert load_experiment(str(tmp_path / "base.yaml")).name == "base_run"  # the base itself is untouched
+    named = _write(tmp_path / "named.yaml", {"extends": "west15.yaml", "name": "mine"})  # a chain of two
+    assert load_experiment(str(named)).name == "mine"
+    assert load_experiment(str(named)).schemes[1].training["compute"]["factor_by_dc"] == {"west": 1.5}
+
+
+def test_extends_finds_the_base_files_own_topology_from_another_folder(tmp_path: Path) -> None:
+    topo = Path(__file__).resolve().parents[2] / "topologies" / "two_dc.yaml"
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "my_topo.yaml").write_text(topo.read_text())
+    _write(tmp_path / "base" / "exp.yaml", {**BASE, "topology": "my_topo.yaml"})
+    child = _write(tmp_path / "elsewhere" / "child.yaml", {"extends": "../base/exp.yaml", "repetitions": 3})
+    spec = load_experiment(str(child))
+    assert spec.repetitions == 3 and spec.topology.dc_names == load_experiment(str(tmp_path / "base" / "exp.yaml")).topology.dc_names
+    assert Path(spec.raw["topology"]).is_absolute()  # rewritten: relative to the child it would not be found
+
+
+@pytest.mark.parametrize("files, problem", [
+    ({"child.yaml": {"extends": "nowhere.yaml"}}, "no experiment file 'nowhere.yaml'"),
+    ({"child.yaml": {"extends": "a.yaml"}, "a.yaml": {"extends": "child.yaml"}}, "a cycle: child.yaml -> a.yaml -> child.yaml"),
+    ({"child.yaml": {"extends": "child.yaml"}}, "a cycle"),
+    ({"child.yaml": {"extends": 3}}, "expected a file path"),
+    ({"child.yaml": {"extends": "a.yaml"}, "a.yaml": {"extends": "gone.yaml"}}, "no experiment file 'gone.yaml'"),
+])
+def test_a_bad_extends_names_the_field(tmp_path: Path, files: dict, problem: str) -> None:
+    for name, data in files.items():
+        _write(tmp_path / name, {**BASE, **data})
+    with pytest.raises(ValidationError) as e:
+        load_experiment(str(tmp_path / "child.yaml"))
+    assert e.value.field.startswith("extends") and problem in e.value.problem, e.value
+
+
+def test_an_unresolved_extends_is_refused() -> None:
+    with pytest.raises(ValidationError) as e:
+        parse_experiment({**BASE, "extends": "base.yaml"})
+    assert e.value.field == "extends" and "load_experiment" in e.value.fix
+
+
+def test_extends_from_the_command_line_and_in_a_sweep(tmp_path: Path) -> None:
+    """As users run it: a missing base is exit 2 naming extends, nothing made; a sweep's experiment may
+    extend a file, and an edit of that base changes the points' hash (a resumed sweep refuses them)."""
+    from testbed.experiments.sweep import experiment_hash
+
+    child = _write(tmp_path / "child.yaml", {"extends": "base.yaml", "repetitions": 2})
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(child), "--results", str(tmp_path / "res")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert "extends" in r.stderr and "base.yaml" in r.stderr
+    assert not (tmp_path / "res").exists()
+    _write(tmp_path / "base.yaml", BASE)
+    sweep = {"name": "sw", "experiment": "child.yaml", "grid": {"seed": [1, 2]}}
+    _, points = expand(sweep, str(tmp_path / "sweep.yaml"))
+    assert [exp["repetitions"] for _, exp in points] == [2, 2] and points[0][1]["topology"] == "two_dc"
+    inline = {"name": "sw", "experiment": {"extends": "base.yaml", "seed": 7}, "grid": {"repetitions": [1]}}
+    assert expand(inline, str(tmp_path / "sweep.yaml"))[1][0][1]["seed"] == 7
+    _write(tmp_path / "base.yaml", {**BASE, "timeout": "99s"})
+    _, edited = expand(sweep, str(tmp_path / "sweep.yaml"))
+    assert experiment_hash(edited[0][1]) != experiment_hash(points[0][1])
