@@ -205,6 +205,23 @@ KEYS = tuple(ExperimentSpecModel.model_fields)
 COLLECTOR_KEYS = tuple(CollectorsSpec.model_fields)
 
 
+def rebase_files(data: dict[str, Any], origin: Path, here: Path) -> dict[str, Any]:
+    """A copy of an experiment mapping written in folder ``origin``, to be read as if it lay in ``here``.
+
+    The spec's relative ``topology:`` and ``schedule:`` files are resolved against the spec's folder;
+    a mapping taken from another folder (a base it ``extends``, a sweep's ``experiment:`` file) would
+    look for them in the wrong one, so those that exist beside ``origin`` become absolute paths.
+    """
+    out = dict(data)
+    if origin.resolve() == here.resolve():
+        return out
+    for key in ("topology", "schedule"):
+        val = out.get(key)
+        if isinstance(val, str) and (origin / val).is_file():
+            out[key] = str((origin / val).resolve())
+    return out
+
+
 def resolve_extends(data: Any, source: str = "", _chain: tuple[Path, ...] = ()) -> Any:
     """The experiment mapping with its ``extends:`` chain merged in (the mapping itself when it has none).
 
@@ -236,12 +253,8 @@ def resolve_extends(data: Any, source: str = "", _chain: tuple[Path, ...] = ()) 
         raise ValidationError(f"extends ({ref}): {e.field}", e.problem, e.fix) from None
     if not isinstance(base, dict):
         raise ValidationError("extends", f"{ref!r} is not an experiment mapping", "extend an experiment YAML")
-    base = dict(base)
+    base = rebase_files(base, base_path.parent, here)
     base.pop("name", None)
-    for key in ("topology", "schedule"):
-        val = base.get(key)
-        if isinstance(val, str) and (base_path.parent / val).is_file() and base_path.parent != here:
-            base[key] = str((base_path.parent / val).resolve())
     over = {k: v for k, v in data.items() if k != "extends"}
     return _deep_merge(base, over)
 

@@ -36,7 +36,7 @@ from traffic_control.units import parse_percent, parse_rate, parse_time
 
 from ..ownership import hand_over, missing_parents
 from .runner import RecordsUnwritable, run_experiment
-from .spec import parse_experiment, resolve_extends
+from .spec import parse_experiment, rebase_files, resolve_extends
 
 
 class SweepSpec(SpecModel):
@@ -143,7 +143,8 @@ def expand(sweep: dict[str, Any], source: str = "") -> tuple[str, list[tuple[dic
         p = Path(source).parent / base if source else Path(base)
         if not p.is_file():
             raise ValidationError("experiment", f"no experiment file {base!r}", "give a path relative to the sweep file")
-        base_map = resolve_extends(read_mapping(p), str(p))
+        # every point is parsed with the sweep file as its source: the base's own files stay found
+        base_map = rebase_files(resolve_extends(read_mapping(p), str(p)), p.parent, Path(source).parent)
         base_src = str(p)
     else:
         base_map, base_src = resolve_extends(dict(base), source), source

@@ -242,3 +242,18 @@ def test_extends_from_the_command_line_and_in_a_sweep(tmp_path: Path) -> None:
     _write(tmp_path / "base.yaml", {**BASE, "timeout": "99s"})
     _, edited = expand(sweep, str(tmp_path / "sweep.yaml"))
     assert experiment_hash(edited[0][1]) != experiment_hash(points[0][1])
+
+
+def test_a_sweep_finds_its_base_experiments_own_topology_from_another_folder(tmp_path: Path) -> None:
+    """The runner parses every point with the sweep file as its source; a base experiment in another
+    folder naming a topology file beside itself must still find it there (it used to validate and
+    then fail to load at run time)."""
+    topo = Path(__file__).resolve().parents[2] / "topologies" / "two_dc.yaml"
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "my_topo.yaml").write_text(topo.read_text())
+    _write(tmp_path / "base" / "exp.yaml", {**BASE, "topology": "my_topo.yaml"})
+    sweep_file = _write(tmp_path / "sweeps" / "sw.yaml", {})  # its folder exists, as a real sweep's does
+    _, points = expand({"name": "sw", "experiment": "../base/exp.yaml", "grid": {"seed": [1, 2]}}, str(sweep_file))
+    specs = [parse_experiment(exp, source=str(sweep_file)) for _, exp in points]  # as the runner does
+    assert [s.seed for s in specs] == [1, 2]
+    assert all(s.topology.dc_names == load_experiment(str(tmp_path / "base" / "exp.yaml")).topology.dc_names for s in specs)
