@@ -13,13 +13,17 @@ each scheme's best, and then runs the real trials with it::
       steps: 40                            # optional budget per search trial (else the trial's stop)
       wall_s: 30s
       target: {metric: loss, value: 0.5}   # default: the trial's stop.target
+      give_up: {metric: loss, value: 2.0, after_s: 60s}   # optional: stop hopeless values early
       schemes: [bsp-ring, asp]             # labels to search (default: all)
 
 A value is ``training.optimizer.lr`` as written: the scheme's ``lr_rule`` still applies to it
 (the records show both).  Best = the shortest time to the target
 (``testbed.analysis.tables.time_to_target``, the reports' one definition); values that tie
 or never reach it are ranked by their final held-out loss; failed trials rank last (a scheme
-whose every value failed keeps its given lr, and the record says so).
+whose every value failed keeps its given lr, and the record says so).  ``give_up`` becomes the
+search trials' ``stop.give_up`` (``testbed.training.config.GiveUpConfig``), so a diverged value
+stops at ``after_s`` instead of training to the cap; such a row's ``reason`` says when and why.
+The real trials keep their own ``stop`` (every repetition runs to its target or its cap).
 
 Records: ``lr_search/<label>/lr=<v>/`` (each an ordinary trial directory, manifest and all),
 ``lr_search/lr_search.csv`` (one row per value) and ``lr_search/lr_search.json`` (values,
@@ -65,6 +69,14 @@ class LrTargetSpec(SpecModel):
     value: float = unit_field(..., fix="e.g. value: 0.5")
 
 
+class LrGiveUpSpec(SpecModel):
+    """stop a search trial whose metric is still worse than ``value`` after ``after_s`` seconds"""
+
+    metric: Literal["loss", "acc"] = unit_field(..., fix="metric: loss or metric: acc")
+    value: float = unit_field(..., fix="e.g. value: 2.0 (past chance-level loss)")
+    after_s: Duration = unit_field(..., ge=0, fix="e.g. after_s: 60s")
+
+
 class LrRangeSpec(SpecModel):
     """``count`` log-spaced values from ``low`` to ``high`` (both included)"""
 
@@ -87,6 +99,8 @@ class LrSearchSpec(SpecModel):
     """wall-clock budget of each search trial (default: the trial's own stop.wall_s)"""
     target: LrTargetSpec | None = unit_field(None, fix="e.g. target: {metric: loss, value: 0.5}")
     """what time-to-target means for the pick (default: the trial's stop.target)"""
+    give_up: LrGiveUpSpec | None = unit_field(None, fix="e.g. give_up: {metric: loss, value: 2.0, after_s: 60s}")
+    """each search trial's stop.give_up: hopeless values stop early (default: none; the trial's own)"""
     schemes: list[str] | None = unit_field(None, min_length=1, fix="labels from schemes:, e.g. [bsp, asp]")
     """labels of the compared schemes to search (default: all)"""
 
@@ -101,6 +115,7 @@ class LrSearch:
     wall_s: float | None = None
     target: dict[str, Any] | None = None  # {metric, value}
     schemes: list[str] | None = None  # labels; None = all
+    give_up: dict[str, Any] | None = None  # {metric, value, after_s}: the search trials' stop.give_up
 
     def values_for(self, base_lr: float) -> list[float]:
         if self.values is not None:
@@ -147,8 +162,11 @@ def parse_lr_search(m: LrSearchSpec | None, exp_seed: int, repetitions: int, lab
             raise ValidationError(f"{field}.schemes[{i}]", f"no compared scheme is labelled {label!r}",
                                   f"use labels from: {', '.join(labels)}")
     target = m.target.model_dump() if m.target is not None else None
+    give_up = None
+    if m.give_up is not None:
+        give_up = dict(m.give_up.model_dump(), after_s=float(m.give_up.after_s))
     return LrSearch(seed, values, m.steps, float(m.wall_s) if m.wall_s is not None else None, target,
-                    list(m.schemes) if m.schemes else None)
+                    list(m.schemes) if m.schemes else None, give_up)
 
 
 def check_seed(spec: ExperimentSpec) -> None:
@@ -203,6 +221,8 @@ def _stop_with_budget(training: dict[str, Any], search: LrSearch) -> dict[str, A
         stop["wall_s"] = search.wall_s
     if search.target is not None:
         stop["target"] = dict(search.target)
+    if search.give_up is not None:
+        stop["give_up"] = dict(search.give_up)
     return stop
 
 
@@ -215,18 +235,12 @@ def _outcome(trial_dir: Path, target: dict[str, Any] | None) -> tuple[float, flo
     """(time to target, final held-out loss) from the trial's metrics.csv (NaN where unknown).
 
     Multi-expert metrics: the final loss is the mean of every expert's last loss."""
-    import pandas as pd
+    m = _metrics(trial_dir)
+    if m is None:
+        return math.nan, math.nan
 
     from ..analysis.tables import time_to_target
 
-    path = trial_dir / "metrics.csv"
-    try:
-        m = pd.read_csv(path)
-    except (OSError, ValueError):
-        return math.nan, math.nan
-    if m.empty or "loss" not in m.columns:
-        return math.nan, math.nan
-    m = m.assign(loss=pd.to_numeric(m["loss"], errors="coerce"))
     ttt = math.nan
     if target is not None:
         ttt = time_to_target(m, target["value"] if target["metric"] == "loss" else None,
@@ -237,6 +251,46 @@ def _outcome(trial_dir: Path, target: dict[str, Any] | None) -> tuple[float, flo
     else:
         final = float(ordered["loss"].iloc[-1])
     return float(ttt), final
+
+
+def _metrics(trial_dir: Path) -> Any:
+    """The trial's metrics.csv as a frame with numeric loss, or None when there is none."""
+    import pandas as pd
+
+    try:
+        m = pd.read_csv(trial_dir / "metrics.csv")
+    except (OSError, ValueError):
+        return None
+    if m.empty or "loss" not in m.columns:
+        return None
+    return m.assign(loss=pd.to_numeric(m["loss"], errors="coerce"))
+
+
+def gave_up_reason(trial_dir: Path, rule: dict[str, Any] | None) -> str:
+    """"gave up at T s (loss L > V)" when the trial's metrics show ``stop.give_up`` stopping it, else "".
+
+    The first evaluation (in the order written) that meets the rule
+    (``testbed.training.evaluator.gives_up``, the rule the evaluator applied) is the one it stopped at.
+    An empty ``acc`` cell (a workload without accuracy) is no value, as in the evaluator."""
+    m = _metrics(trial_dir) if rule is not None else None
+    if m is None:
+        return ""
+    from ..training.evaluator import gives_up
+
+    for row in m.to_dict("records"):
+        res = {"loss": row["loss"], "acc": None if pd_isna(row.get("acc")) else row["acc"]}
+        if gives_up(rule, res, float(row["wall_s"])):
+            v = res.get(rule["metric"])
+            if not math.isfinite(float(res["loss"])) or v is None:
+                why = "non-finite loss"
+            else:
+                why = f"{rule['metric']} {float(v):.4g} {'>' if rule['metric'] == 'loss' else '<'} {rule['value']:g}"
+            return f"gave up at {float(row['wall_s']):.1f} s ({why})"
+    return ""
+
+
+def pd_isna(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
 
 
 def _lr_used(trial_dir: Path) -> Any:
@@ -303,10 +357,12 @@ def run_lr_search(spec: ExperimentSpec, run_dir: Path, trial_fn: TrialFn | None 
             if progress is not None:
                 progress.finish_trial()
             ttt, final = _outcome(tdir, target)
+            gave_up = gave_up_reason(tdir, training["stop"].get("give_up")) if math.isnan(ttt) else ""
             row = Row(scheme.label, v, tr.status, ttt, final, _lr_used(tdir), str(tdir.relative_to(run_dir)),
-                      tr.reason)
+                      "; ".join(r for r in (tr.reason, gave_up) if r))
             log(f"lr search {scheme.label}: lr {v:g}: {tr.status}, time to target "
-                f"{'-' if math.isnan(ttt) else f'{ttt:.2f} s'}, final loss {final:.4g}")
+                f"{'-' if math.isnan(ttt) else f'{ttt:.2f} s'}, final loss {final:.4g}"
+                + (f", {gave_up}" if gave_up else ""))
             mine.append(row)
         best = choose(mine)
         if best is not None:

@@ -7,6 +7,7 @@ Example (every key but ``workload`` and ``scheme`` has a default)::
       scheme: {name: gsyn, groups: 2}              # or: scheme: {name: ssp, staleness: 2}
       optimizer: {name: sgd, lr: 0.05, momentum: 0.0, lr_rule: linear}   # README "Learning rates"
       stop: {steps: 200, wall_s: 120, target: {metric: loss, value: 2.2}}
+                                  # optional: give_up: {metric: loss, value: 2.0, after_s: 60}
       eval_every: 10              # or, the same cadence for every scheme:
       eval_every_samples: 2560    # a snapshot per 2560 training samples (all workers)
       device: auto
@@ -37,7 +38,7 @@ from testbed.training.workloads import WORKLOADS
 from traffic_control.fields import Duration
 
 __all__ = [
-    "ComputeConfig", "DelayDist", "FaultConfig", "NamedParams", "OptimizerConfig", "SlowdownRule", "StopConfig", "TargetConfig",
+    "ComputeConfig", "DelayDist", "FaultConfig", "GiveUpConfig", "NamedParams", "OptimizerConfig", "SlowdownRule", "StopConfig", "TargetConfig",
     "TrainingConfig", "validate_training", "workers_of",
 ]
 
@@ -96,18 +97,43 @@ class TargetConfig:
 
 
 @dataclass
+class GiveUpConfig:
+    """Abandon a trial still short of ``value`` once ``after_s`` seconds have passed (``stop.give_up``).
+
+    Why: a learning-rate search's diverged values otherwise train to the full wall cap (in the
+    4-DC Gsyn search, two of gsyn-sa's five values sat at chance-level loss for all 300 s).  At
+    every evaluation of a snapshot taken ``after_s`` or more seconds into training (the
+    trial's clock, as ``wall_s``), the trial stops if the metric is worse than ``value``
+    (loss > value, acc < value); a non-finite loss stops it at any time.  A trial that gave
+    up never reached its target; its ``metrics.csv`` ends at that evaluation and the
+    evaluation's ``eval`` span says ``gave_up``.  Choose ``value`` past anything a learning
+    trial shows at ``after_s`` (e.g. chance-level loss), so that only hopeless trials stop.
+    """
+
+    metric: Literal["loss", "acc"]
+    value: float
+    after_s: Duration = 0.0
+
+    def check(self, field: str) -> None:
+        if self.after_s < 0:
+            raise ValidationError(f"{field}.after_s", f"must be >= 0, got {self.after_s}", "use e.g. after_s: 60s")
+
+
+@dataclass
 class StopConfig:
     """When to stop; whichever comes first.  One of ``steps``/``wall_s`` is required.
 
     ``steps``: local iterations per worker (BSP: global steps; PS schemes:
     pushes per worker; Gsyn: pushes per group).  ``wall_s``: seconds since
     the trial's t0.  ``target``: a held-out metric threshold, checked at
-    every evaluation.
+    every evaluation.  ``give_up``: stop a hopeless trial early
+    (:class:`GiveUpConfig`).
     """
 
     steps: int | None = 100
     wall_s: Duration | None = None
     target: TargetConfig | None = None
+    give_up: GiveUpConfig | None = None
 
     def check(self, field: str) -> None:
         if self.steps is None and self.wall_s is None:

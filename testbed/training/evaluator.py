@@ -7,7 +7,9 @@ a row ``step,wall_s,loss,acc,expert,updates,samples`` per snapshot
 (``wall_s`` = seconds on the training clock - since the trial's start
 barrier - *of the snapshot*, not of the evaluation; ``samples`` = training
 samples all workers had processed into that model) and an ``eval`` span,
-and sets :attr:`reached` when the stop target is met.
+and sets :attr:`reached` when the stop target is met, :attr:`gave_up` when
+the ``stop.give_up`` rule judges the trial hopeless (either sets :attr:`done`,
+which the schemes poll to stop).
 
 No snapshot is dropped silently: they queue up (every scheme is evaluated
 on the same cadence, see ``TrainingConfig.eval_every_samples``, and a
@@ -21,6 +23,7 @@ Evaluation still costs CPU on that host; the ``eval`` spans show how much.
 from __future__ import annotations
 
 import csv
+import math
 import sys
 import threading
 from collections import deque
@@ -109,6 +112,30 @@ def meets(target: Any | None, res: dict[str, Any]) -> bool:
     return v is not None and (v >= target.value if target.metric == "acc" else v <= target.value)
 
 
+def gives_up(rule: Any | None, res: dict[str, Any], wall_s: float) -> bool:
+    """Whether one evaluation (of a snapshot taken ``wall_s`` into training) makes the trial give up.
+
+    ``rule`` is ``stop.give_up`` (:class:`testbed.training.config.GiveUpConfig`, or a mapping with
+    the same keys): a non-finite loss gives up at any time; from ``after_s`` on, a metric worse than
+    ``value`` does (loss > value, acc < value).  Reports and the lr search call this on
+    ``metrics.csv`` rows to say which trials gave up, so it is the one definition."""
+    if rule is None:
+        return False
+    get = rule.get if isinstance(rule, dict) else lambda k: getattr(rule, k)
+    loss = res.get("loss")
+    if loss is not None and not math.isfinite(float(loss)):
+        return True
+    if wall_s < float(get("after_s") or 0.0):
+        return False
+    v = res.get(get("metric"))
+    if v is None:
+        return False
+    v = float(v)
+    if not math.isfinite(v):
+        return True
+    return v > get("value") if get("metric") == "loss" else v < get("value")
+
+
 class SnapshotEvaluator:
     """The machinery both evaluators share: a queue of snapshots, one background thread.
 
@@ -117,11 +144,15 @@ class SnapshotEvaluator:
     write rows.
     """
 
-    def __init__(self, rec: Recorder, metrics_path: str | Path, target: Any | None, name: str) -> None:
+    def __init__(self, rec: Recorder, metrics_path: str | Path, target: Any | None, name: str,
+                 give_up: Any | None = None) -> None:
         self.rec = rec
         self.target = target
+        self.give_up = give_up
         self.writer = MetricsWriter(metrics_path)
         self.reached = threading.Event()
+        self.gave_up = threading.Event()
+        self.done = threading.Event()  # reached or gave_up: the training loops poll this to stop
         self._cv = threading.Condition()
         self._pending: deque[tuple[int, tuple[int, int, float, int | None, torch.Tensor]]] = deque()
         self.dropped = 0
@@ -177,19 +208,34 @@ class SnapshotEvaluator:
                   snap: torch.Tensor) -> None:
         raise NotImplementedError
 
+    def _judge(self, results: list[dict[str, Any]], complete: bool) -> bool:
+        """Set :attr:`reached` / :attr:`gave_up` (and :attr:`done`) from each model's latest result
+        (a dict with ``wall_s``); True on give-up.
+
+        ``complete``: every model has a result (the target needs all of them; one hopeless
+        model is enough to give up)."""
+        if complete and results and all(meets(self.target, r) for r in results):
+            self.reached.set()
+            self.done.set()
+        elif not self.reached.is_set() and any(gives_up(self.give_up, r, r["wall_s"]) for r in results):
+            self.gave_up.set()
+            self.done.set()
+            return True
+        return False
+
 
 class Evaluator(SnapshotEvaluator):
     """One model (BSP rank 0, the parameter server)."""
 
     def __init__(self, workload: Any, rec: Recorder, metrics_path: str | Path,
-                 target: Any | None = None, device: torch.device | str = "cpu") -> None:
+                 target: Any | None = None, device: torch.device | str = "cpu", give_up: Any | None = None) -> None:
         from testbed.training.flat import FlatModel
 
         self.workload = workload
         self.flat = FlatModel(workload.build_model(), device)
         self.flat.model.eval()
         self.last: dict[str, Any] | None = None
-        super().__init__(rec, metrics_path, target, "evaluator")
+        super().__init__(rec, metrics_path, target, "evaluator", give_up)
 
     def submit(self, step: int, updates: int, params: torch.Tensor, wall_s: float | None = None,
                samples: int | None = None) -> None:
@@ -213,7 +259,7 @@ class Evaluator(SnapshotEvaluator):
             self.flat.load(snap.to(self.flat.device))
             res = self.workload.evaluate(self.flat.model)
             sp.set(loss=res.get("loss"), acc=res.get("acc"))
+            self.last = {"step": step, "updates": updates, "wall_s": wall_s, "samples": samples, **res}
+            if self._judge([self.last], True):
+                sp.set(gave_up=True)
         self.writer.write(step, wall_s, res.get("loss"), res.get("acc"), updates, samples=samples)
-        self.last = {"step": step, "updates": updates, "wall_s": wall_s, "samples": samples, **res}
-        if meets(self.target, res):
-            self.reached.set()

@@ -45,7 +45,7 @@ import torch.distributed as dist
 from testbed.collect.recorder import Recorder, events_path
 from testbed.training import dist as tdist
 from testbed.training.collectives import HierarchicalAllReduce, ring_allreduce
-from testbed.training.evaluator import SnapshotEvaluator, meets
+from testbed.training.evaluator import SnapshotEvaluator
 from testbed.training.flat import FlatModel, make_optimizer
 from testbed.training.jobs import Job
 from testbed.training.workloads import build_workload
@@ -307,17 +307,18 @@ class ExpertEvaluator(SnapshotEvaluator):
     ``submit`` snapshots an expert's parameters (a copy) and returns; the
     thread evaluates the snapshots in order (none dropped, see
     :mod:`.evaluator`), writes ``step,wall_s,loss,acc,expert,updates,samples``
-    and an ``eval`` span.  ``reached`` is set when every expert meets ``target``.
+    and an ``eval`` span.  ``reached`` is set when every expert meets ``target``;
+    ``gave_up`` when any expert's latest evaluation meets the ``give_up`` rule.
     """
 
     def __init__(self, workloads: Sequence[Workload], rec: Recorder, metrics_path: str | Path,
-                 target: Any | None = None, device: torch.device | str = "cpu") -> None:
+                 target: Any | None = None, device: torch.device | str = "cpu", give_up: Any | None = None) -> None:
         self.workloads = list(workloads)
         self.flats = [FlatModel(w.build_model(), device) for w in self.workloads]
         for f in self.flats:
             f.model.eval()
         self.last: dict[int, dict[str, Any]] = {}
-        super().__init__(rec, metrics_path, target, "expert-eval")
+        super().__init__(rec, metrics_path, target, "expert-eval", give_up)
 
     def submit(self, expert: int, step: int, updates: int, params: torch.Tensor, wall_s: float | None = None,
                samples: int | None = None) -> None:
@@ -339,7 +340,7 @@ class ExpertEvaluator(SnapshotEvaluator):
             flat.load(snap.to(flat.device))
             res = self.workloads[expert].evaluate(flat.model)
             sp.set(loss=res.get("loss"), acc=res.get("acc"))
+            self.last[expert] = {"step": step, "updates": updates, "wall_s": wall_s, "samples": samples, **res}
+            if self._judge(list(self.last.values()), len(self.last) == len(self.workloads)):
+                sp.set(gave_up=True)
         self.writer.write(step, wall_s, res.get("loss"), res.get("acc"), updates, expert=expert, samples=samples)
-        self.last[expert] = {"step": step, "updates": updates, "wall_s": wall_s, "samples": samples, **res}
-        if len(self.last) == len(self.workloads) and all(meets(self.target, r) for r in self.last.values()):
-            self.reached.set()

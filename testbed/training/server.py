@@ -89,7 +89,8 @@ class ParameterServer:
         self.cv = threading.Condition()
         self.evaluator = None
         if evaluate:
-            self.evaluator = Evaluator(self.workload, rec, Path(job.out_dir) / "metrics.csv", tc.stop.target, device)
+            self.evaluator = Evaluator(self.workload, rec, Path(job.out_dir) / "metrics.csv", tc.stop.target, device,
+                                           give_up=tc.stop.give_up)
             self.evaluator.submit(0, 0, self.flat.params, wall_s=0.0, samples=0)
         self.sock: socket.socket | None = None
         self.started = threading.Event()
@@ -145,7 +146,7 @@ class ParameterServer:
             return
         wall = self.tc.stop.wall_s
         if (wall is not None and self.started.is_set() and self.rec.train_s() >= wall) or (
-            self.evaluator is not None and self.evaluator.reached.is_set()
+            self.evaluator is not None and self.evaluator.done.is_set()
         ):
             self.stop = True
             self.cv.notify_all()

@@ -230,6 +230,40 @@ def test_every_value_failed_keeps_the_given_lr(tmp_path):
     assert all(c["lr"] == 0.1 and c["provenance"]["source"] == "given" for c in real)
 
 
+class Diverging(FakeTrials):
+    """The fake's curves, except that lr 1.0 diverges: its loss climbs and turns NaN."""
+
+    def __call__(self, spec, scheme, rep, trial_dir, **kw):
+        res = super().__call__(spec, scheme, rep, trial_dir, **kw)
+        if scheme.training["optimizer"]["lr"] == 1.0:
+            (trial_dir / "metrics.csv").write_text("step,wall_s,loss,acc,expert,updates\n0,0.0,2.3,0.1,,0\n"
+                                                   "10,1.0,2.6,0.1,,10\n20,2.0,nan,0.1,,20\n")
+        return res
+
+
+def test_give_up_reaches_the_search_trials_only_and_the_records_say_why(tmp_path):
+    """``lr_search.give_up`` becomes each search trial's ``stop.give_up`` (the real trials keep
+    their own stop: every repetition runs to its target or cap); a value that gave up is a row
+    whose reason names the time and the rule, and it is never the pick."""
+    spec = _spec(values=[0.01, 0.03, 0.1, 0.3, 1.0], steps=20,
+                 give_up={"metric": "loss", "value": 1.9, "after_s": "2s"}, schemes=["bsp"])
+    fake = Diverging()
+    run_experiment(spec, run_dir=tmp_path / "r", report=False, trial_fn=fake)
+    search = [c for c in fake.calls if "lr_search" in c["dir"].parts]
+    real = [c for c in fake.calls if "trials" in c["dir"].parts]
+    assert all(c["stop"]["give_up"] == {"metric": "loss", "value": 1.9, "after_s": 2.0} for c in search)
+    assert real and all("give_up" not in c["stop"] for c in real)
+    with (tmp_path / "r" / "lr_search" / "lr_search.csv").open() as f:
+        rows = {float(r["lr"]): r for r in csv.DictReader(f)}
+    # 0.01 never reaches 0.5: its first row at or past 2 s (t = 2.48 k, loss 1.985 - 0.05 k) is 1.935
+    assert rows[0.01]["reason"] == "gave up at 2.5 s (loss 1.935 > 1.9)"
+    # 1.0: 2.6 at 1.0 s is before after_s; the NaN at 2.0 s gives up (non-finite: at any time)
+    assert rows[1.0]["reason"] == "gave up at 2.0 s (non-finite loss)"
+    assert rows[0.3]["reason"] == "" and rows[0.3]["picked"] == "True"  # reached: no give-up said
+    record = json.loads((tmp_path / "r" / "lr_search" / "lr_search.json").read_text())
+    assert record["search"]["give_up"]["after_s"] == 2.0
+
+
 @pytest.mark.parametrize("search, field", [
     ({"values": [0.1, 0.2, 0.3]}, "lr_search.values"),
     ({"values": [0.1, 0.2, 0.3, -1.0]}, "lr_search.values"),
@@ -239,6 +273,8 @@ def test_every_value_failed_keeps_the_given_lr(tmp_path):
     ({"schemes": ["nope"]}, "lr_search.schemes[0]"),
     ({"steps": 0}, "lr_search.steps"),
     ({"colour": 1}, "lr_search.colour"),
+    ({"give_up": {"metric": "loss", "value": 2.0, "after_s": -1}}, "lr_search.give_up.after_s"),
+    ({"give_up": {"metric": "los", "value": 2.0, "after_s": 1}}, "lr_search.give_up.metric"),
 ])
 def test_bad_sections_name_the_field(search, field):
     with pytest.raises(ValidationError) as e:

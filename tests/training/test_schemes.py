@@ -186,6 +186,27 @@ def test_stops_when_the_target_is_reached(tmp_path_factory, scheme):
         assert by_host["a1"] == by_host["a2"] and by_host["b1"] == by_host["b2"]
 
 
+@pytest.mark.parametrize("scheme", [{"name": "bsp"}, {"name": "gsyn"}])
+def test_gives_up_on_a_hopeless_trial(tmp_path_factory, scheme):
+    """``stop.give_up``: accuracy 0.99 is out of reach in a second, so the first evaluation past
+    after_s stops every process (BSP's stop slot; the server's stop for Gsyn), long before the
+    step budget and the wall cap, and the evaluation that did it says so."""
+    config = cfg(scheme, 5000, eval_every=5, save_model=False)
+    config["stop"] = {"steps": 5000, "wall_s": 120,
+                      "give_up": {"metric": "acc", "value": 0.99, "after_s": 1.0}}
+    res = run(tmp_path_factory, f"giveup-{scheme['name']}", config)
+    evals = [s for s in spans(res.out_dir) if s["phase"] == "eval"]
+    gave = [s for s in evals if s.get("gave_up")]
+    assert len(gave) >= 1
+    rows = [r.split(",") for r in (res.out_dir / "metrics.csv").read_text().splitlines()[1:]]
+    assert float(rows[0][1]) == 0.0 and len(rows) >= 2  # the initial model, before after_s: kept going
+    assert all(float(r[3]) < 0.99 for r in rows)
+    first = min(float(r[1]) for r in rows if float(r[1]) >= 1.0)  # the first snapshot the rule judged
+    assert max(float(r[1]) for r in rows) < first + 30  # stopped soon after, not at the 120 s cap
+    steps = [s["step"] for s in spans(res.out_dir, "worker") if s["phase"] == "compute"]
+    assert max(steps) < 1000  # stopped long before the step budget
+
+
 # -- DiLoCo: H inner steps, outer Nesterov on the averaged outer gradient --------------------------
 def diloco_reference(config, workers: int, steps: int):  # noqa: ANN201 - torch tensor
     """One process playing every worker in turn, under the stated DiLoCo semantics."""

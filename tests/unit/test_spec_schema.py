@@ -49,7 +49,8 @@ TOPOLOGY = {
 }
 TRAINING = {
     "workload": {"name": "digits"}, "scheme": {"name": "bsp"},
-    "optimizer": {"name": "sgd", "lr": 0.1}, "stop": {"steps": 5, "target": {"metric": "loss", "value": 1.0}},
+    "optimizer": {"name": "sgd", "lr": 0.1}, "stop": {"steps": 5, "target": {"metric": "loss", "value": 1.0},
+                                                  "give_up": {"metric": "loss", "value": 2.0, "after_s": 5}},
     "slowdown": [{"hosts": ["a-h1"], "factor": 1.5, "delay": {"dist": "constant", "value_s": "10ms"}}],
     "fault": {"step": 3, "rank": 0},
     "compute": {"mode": "emulated", "time_scale": 0.5, "factor_by_dc": {"a": 1.5}, "cv": 0.05,
@@ -62,7 +63,8 @@ EXPERIMENT = {
     "schemes": [{"label": "x", "scheme": {"name": "bsp"},
                  "training": {k: copy.deepcopy(v) for k, v in TRAINING.items() if k not in ("workload", "scheme")}}],
     "lr_search": {"values": {"low": 0.01, "high": 1.0, "count": 4}, "seed": 1001, "steps": 5, "wall_s": "10s",
-                  "target": {"metric": "loss", "value": 1.0}, "schemes": ["x"]},
+                  "target": {"metric": "loss", "value": 1.0}, "schemes": ["x"],
+                  "give_up": {"metric": "loss", "value": 2.0, "after_s": "5s"}},
     # a profile (the walker meets both profile variants at this path, diurnal last; netstorm's keys:
     # tests/unit/test_profiles.py)
     "schedule": {"profile": "diurnal", "period": "60s", "low": 0.5, "step": "10s", "duration": "30s",

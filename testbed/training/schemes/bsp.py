@@ -61,7 +61,8 @@ def run(ctx: WorkerContext) -> int:
     evaluator = None
     cadence, per_step = EvalCadence(tc), world * ctx.workload.batch_size
     if job.rank == 0:
-        evaluator = Evaluator(ctx.workload, ctx.rec, Path(job.out_dir) / "metrics.csv", tc.stop.target, ctx.device)
+        evaluator = Evaluator(ctx.workload, ctx.rec, Path(job.out_dir) / "metrics.csv", tc.stop.target, ctx.device,
+                              give_up=tc.stop.give_up)
         evaluator.submit(0, 0, flat.params, wall_s=0.0, samples=0)  # the initial model: time 0 of the clock
     tdist.init_world(job, ctx.rec)
     try:
@@ -70,7 +71,7 @@ def run(ctx: WorkerContext) -> int:
         while not ctx.steps_done(step):
             ctx.compute(step, shard=job.rank, num_shards=world)
             buf = ctx.grads_out()
-            want_stop = ctx.wall_exceeded() or (evaluator is not None and evaluator.reached.is_set())
+            want_stop = ctx.wall_exceeded() or (evaluator is not None and evaluator.done.is_set())
             buf[n] = 1.0 if want_stop else 0.0
             sync(buf, step)
             stop = bool(buf[n] > 0)

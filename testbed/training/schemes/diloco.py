@@ -57,7 +57,8 @@ def run(ctx: WorkerContext) -> int:
     evaluator = None
     cadence, per_step = EvalCadence(tc), world * ctx.workload.batch_size
     if job.rank == 0:
-        evaluator = Evaluator(ctx.workload, ctx.rec, Path(job.out_dir) / "metrics.csv", tc.stop.target, ctx.device)
+        evaluator = Evaluator(ctx.workload, ctx.rec, Path(job.out_dir) / "metrics.csv", tc.stop.target, ctx.device,
+                              give_up=tc.stop.give_up)
         evaluator.submit(0, 0, theta, wall_s=0.0, samples=0)
     tdist.init_world(job, ctx.rec)
     try:
@@ -72,7 +73,7 @@ def run(ctx: WorkerContext) -> int:
             buf = ctx.params_out()  # local parameters + [version, stop]
             buf[:n].neg_().add_(theta.to(buf.device))  # outer gradient: theta - theta_local
             buf[n] = 0.0
-            want_stop = ctx.wall_exceeded() or (evaluator is not None and evaluator.reached.is_set())
+            want_stop = ctx.wall_exceeded() or (evaluator is not None and evaluator.done.is_set())
             buf[n + 1] = 1.0 if want_stop else 0.0
             with ctx.rec.span(phase, step=step - 1, op="ring_allreduce", peers=world, what="outer",
                               round=rounds) as sp:

@@ -197,7 +197,7 @@ class _Trainer:
         return value
 
     def want_stop(self) -> bool:
-        return self.ctx.wall_exceeded() or (self.evaluator is not None and self.evaluator.reached.is_set())
+        return self.ctx.wall_exceeded() or (self.evaluator is not None and self.evaluator.done.is_set())
 
     def applied(self, slot: ExpertSlot, t: int) -> None:
         """Bookkeeping after an update of ``slot`` made from step ``t``'s gradient."""
@@ -336,7 +336,7 @@ def run(ctx: WorkerContext) -> int:
     evaluator = None
     if job.rank == 0:
         evaluator = ExpertEvaluator([s.workload for s in slots], ctx.rec, Path(job.out_dir) / "metrics.csv",
-                                    tc.stop.target, ctx.device)
+                                    tc.stop.target, ctx.device, give_up=tc.stop.give_up)
         for s in slots:
             evaluator.submit(s.index, 0, 0, s.flat.params, wall_s=0.0, samples=0)
     buckets = p.overlap_kind == "buckets"
