@@ -275,22 +275,22 @@ def gave_up_reason(trial_dir: Path, rule: dict[str, Any] | None) -> str:
     m = _metrics(trial_dir) if rule is not None else None
     if m is None:
         return ""
+    import pandas as pd
+
+    from ..training.config import GiveUpConfig
     from ..training.evaluator import gives_up
 
+    g = GiveUpConfig(**rule)
     for row in m.to_dict("records"):
-        res = {"loss": row["loss"], "acc": None if pd_isna(row.get("acc")) else row["acc"]}
-        if gives_up(rule, res, float(row["wall_s"])):
-            v = res.get(rule["metric"])
+        res = {"loss": row["loss"], "acc": None if pd.isna(row.get("acc")) else row["acc"]}
+        if gives_up(g, res, float(row["wall_s"])):
+            v = res.get(g.metric)
             if not math.isfinite(float(res["loss"])) or v is None:
                 why = "non-finite loss"
             else:
-                why = f"{rule['metric']} {float(v):.4g} {'>' if rule['metric'] == 'loss' else '<'} {rule['value']:g}"
+                why = f"{g.metric} {float(v):.4g} {'>' if g.metric == 'loss' else '<'} {g.value:g}"
             return f"gave up at {float(row['wall_s']):.1f} s ({why})"
     return ""
-
-
-def pd_isna(v: Any) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
 
 
 def _lr_used(trial_dir: Path) -> Any:

@@ -106,8 +106,9 @@ class GiveUpConfig:
     trial's clock, as ``wall_s``), the trial stops if the metric is worse than ``value``
     (loss > value, acc < value); a non-finite loss stops it at any time.  A trial that gave
     up never reached its target; its ``metrics.csv`` ends with that evaluation (then the
-    final model's, as after any stop), and that evaluation's ``eval`` span says ``gave_up``.  Choose ``value`` past anything a learning
-    trial shows at ``after_s`` (e.g. chance-level loss), so that only hopeless trials stop.
+    final model's, as after any stop), and that evaluation's ``eval`` span says ``gave_up``.
+    Choose ``value`` past anything a learning trial shows at ``after_s`` (e.g. chance-level
+    loss), so that only hopeless trials stop.
     """
 
     metric: Literal["loss", "acc"]

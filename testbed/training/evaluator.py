@@ -115,25 +115,24 @@ def meets(target: Any | None, res: dict[str, Any]) -> bool:
 def gives_up(rule: Any | None, res: dict[str, Any], wall_s: float) -> bool:
     """Whether one evaluation (of a snapshot taken ``wall_s`` into training) makes the trial give up.
 
-    ``rule`` is ``stop.give_up`` (:class:`testbed.training.config.GiveUpConfig`, or a mapping with
-    the same keys): a non-finite loss gives up at any time; from ``after_s`` on, a metric worse than
-    ``value`` does (loss > value, acc < value).  Reports and the lr search call this on
-    ``metrics.csv`` rows to say which trials gave up, so it is the one definition."""
+    ``rule`` is ``stop.give_up`` (:class:`testbed.training.config.GiveUpConfig`): a non-finite loss
+    gives up at any time; from ``after_s`` on, a metric worse than ``value`` does (loss > value,
+    acc < value).  The lr search calls this on ``metrics.csv`` rows to say which trial gave up
+    where, so it is the one definition."""
     if rule is None:
         return False
-    get = rule.get if isinstance(rule, dict) else lambda k: getattr(rule, k)
     loss = res.get("loss")
     if loss is not None and not math.isfinite(float(loss)):
         return True
-    if wall_s < float(get("after_s") or 0.0):
+    if wall_s < rule.after_s:
         return False
-    v = res.get(get("metric"))
+    v = res.get(rule.metric)
     if v is None:
         return False
     v = float(v)
     if not math.isfinite(v):
         return True
-    return v > get("value") if get("metric") == "loss" else v < get("value")
+    return v > rule.value if rule.metric == "loss" else v < rule.value
 
 
 class SnapshotEvaluator:

@@ -25,7 +25,7 @@ def test_the_rule():
     assert gives_up(LOSS, {"loss": 2.3}, 60.0)
     assert not gives_up(LOSS, {"loss": 2.0}, 600.0)  # at value: not worse than it
     assert gives_up(LOSS, {"loss": math.nan}, 0.0) and gives_up(LOSS, {"loss": math.inf}, 1.0)  # at any time
-    acc = {"metric": "acc", "value": 0.2, "after_s": 10.0}  # the mapping form (records, the lr search)
+    acc = GiveUpConfig(metric="acc", value=0.2, after_s=10.0)
     assert gives_up(acc, {"loss": 2.3, "acc": 0.1}, 10.0)
     assert not gives_up(acc, {"loss": 2.3, "acc": 0.25}, 10.0)
     assert not gives_up(acc, {"loss": 2.3}, 10.0)  # a workload without accuracy: no value to judge
