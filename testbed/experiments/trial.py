@@ -370,8 +370,8 @@ def _finish(manifest: dict[str, Any], result: TrialResult, procs: list[ProcInfo]
             manifest["cross_traffic"] = cross.stop()
         except Exception as e:  # never lose the manifest over the background flows
             manifest["cross_traffic"] = {"error": f"{type(e).__name__}: {e}"}
-    if cpu is not None:
-        manifest["cpu_saturation"] = cpu.stop()
+    if cpu is not None:  # judged below, from the start barrier, once the records say when it was
+        cpu.halt()
     if player is not None:
         player.stop()
         manifest["schedule"] = {"applied": [[round(t, 3), ev.src, ev.dst, ev.changes, ev.state]
@@ -398,13 +398,17 @@ def _finish(manifest: dict[str, Any], result: TrialResult, procs: list[ProcInfo]
         manifest["teardown_error"] = str(e)
     if spec.cluster is not None:  # whether each other server's records came whole, or only as streamed
         manifest.setdefault("cluster", {})["records"] = net.records_report()
+    from ..collect.records import start_barrier_s
+
+    start_s = start_barrier_s(trial_dir)
+    if cpu is not None:  # the start-up before the barrier fills every core and is no scheme's time: not judged
+        t0 = manifest.get("t0_ns")
+        manifest["cpu_saturation"] = cpu.record(
+            t0 + round(start_s * 1e9) if isinstance(t0, int) and start_s is not None else None)
     if getattr(net, "sampler_stats", None):  # other servers' samplers, known once they stopped
         manifest.setdefault("cluster", {})["remote_sampler_stats"] = net.sampler_stats
         remote_cpu_saturation(manifest, net.remote_cpu_saturation())
     result.wall_s = time.monotonic() - t_start
-    from ..collect.records import start_barrier_s
-
-    start_s = start_barrier_s(trial_dir)
     training = manifest.get("training") or {}
     manifest["clock"] = {
         "zero": "start barrier (every process ready)" if start_s is not None else "t0 (no start barrier recorded)",

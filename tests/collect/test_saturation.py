@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -46,3 +47,41 @@ def test_faithfulness_names_every_reason() -> None:
          "cpu_saturation": {"saturated": ["machine CPU >= 95% in 40% of samples (cores: 2)"]}}
     assert faithfulness(m) == ["self-test: a<->b: min RTT 61.00 ms, spec 40.00 ms",
                                "CPU saturated: machine CPU >= 95% in 40% of samples (cores: 2)"]
+
+
+def test_only_samples_after_the_start_barrier_are_judged() -> None:
+    """The start-up burst (every trainer importing torch at once) is kept but not judged: a short trial
+    whose only saturated samples came before its barrier is faithful, one saturated after it is not."""
+    cpu = CpuSaturation(interval_s=0.5)
+    barrier = 10_000_000_000
+    startup = [(barrier - 500_000_000 * (20 - i), 1.0) for i in range(20)]  # 10 s of both cores full
+    cpu.machine = startup + [(barrier + 500_000_000 * i, 0.3) for i in range(100)]  # 50 s of training
+    every = cpu.record()
+    assert every["judged"] == "every sample" and every["machine"]["saturated"] is True  # 20 of 120
+    assert "startup" not in every and every["saturated"] == ["machine CPU >= 95% in 17% of samples (cores: "
+                                                            f"{os.cpu_count()})"]
+    after = cpu.record(barrier)
+    assert after["judged"] == "after the start barrier" and after["saturated"] == []
+    assert after["machine"]["samples"] == 100 and after["machine"]["saturated"] is False
+    assert after["startup"]["machine"]["samples"] == 20 and after["startup"]["machine"]["saturated_fraction"] == 1.0
+    # a sample that began before the barrier is start-up even if it ended after it
+    cpu.machine = [(barrier - 1, 1.0)] + [(barrier + 500_000_000 * i, 1.0 if i < 12 else 0.2) for i in range(100)]
+    judged = cpu.record(barrier)
+    assert judged["machine"]["samples"] == 100 and judged["machine"]["saturated"] is True  # 12 % in training
+    assert judged["startup"]["machine"]["samples"] == 1
+    # the daemons are judged over the same window
+    cpu.per_daemon = {"a-r:w-b": [(barrier - 1, 1.0)] * 50 + [(barrier, 0.1)] * 10}
+    rec = cpu.record(barrier)
+    assert rec["impairment_daemons"]["a-r:w-b"]["saturated"] is False
+    assert cpu.record()["impairment_daemons"]["a-r:w-b"]["saturated"] is True
+
+
+def test_real_samples_carry_when_they_began() -> None:
+    t = time.time_ns()
+    cpu = CpuSaturation(interval_s=0.1).start()
+    time.sleep(0.55)
+    cpu.halt()
+    times = [s for s, _ in cpu.machine]
+    assert len(times) >= 3 and times == sorted(times) and times[0] >= t
+    assert cpu.record(time.time_ns())["machine"]["samples"] == 0  # none began after now
+    assert cpu.stop()["machine"]["samples"] == len(times)  # stop after halt: the same samples, judged whole
