@@ -1,9 +1,11 @@
 """Shared fixtures: root check, topology files in tmp_path, the CLI, and a leftover check.
 
-The leftover check runs once at the end of a session that ran as root: any
-``tb-*`` network namespace, root-namespace link, cgroup or marked process that
-was not there when the session started is reported and the session fails.
-Nothing is removed there (``testbed clean`` does that).  Objects of other
+The leftover check (``make test`` turns it on) runs at the end of a session that ran as
+root: any ``tb-*`` network namespace, root-namespace link, cgroup or marked process
+that was not there when the session started is reported and the session fails.
+Nothing is removed there (``testbed clean`` does that).  It also runs after each
+module's last test: what that module left is removed and fails its last test, so
+that one module's failure does not fail every later one.  Objects of other
 prefixes (``uqt*``, ``cltest*``, ``decoy*``...) are never looked at.
 """
 
@@ -13,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -111,6 +114,43 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             _AT_START.update(tb_objects())
         except Exception:  # pragma: no cover - a broken import is reported by the tests themselves
             pass
+
+
+def _new_objects(wait_s: float = 0.0) -> dict[str, list[str]]:
+    """tb-* objects that were not there when the session started; waits up to ``wait_s`` for them to go
+    (a process that was just killed may take a moment to leave its namespace)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            now = tb_objects()
+        except Exception:  # pragma: no cover - a broken import is reported by the tests themselves
+            return {}
+        new = {k: sorted(set(v) - set(_AT_START.get(k, []))) for k, v in now.items()}
+        new = {k: v for k, v in new.items() if v}
+        if not new or time.monotonic() >= deadline:
+            return new
+        time.sleep(0.5)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """After a module's last test (its module fixtures torn down): what it left behind is removed and
+    fails that test, so that one failure stays one failure.  Before this, a Ctrl-C test that left a
+    network up (CI, stop 47) failed the 29 root tests after it with "a testbed network is already up"."""
+    try:
+        out = yield
+    finally:
+        left = {}
+        if _check_enabled() and (nextitem is None or nextitem.path != item.path):
+            left = _new_objects(wait_s=5.0)
+            if left:
+                from testbed.network import cleanup
+
+                cleanup.cleanup()
+    if left:
+        raise AssertionError(f"{item.path.name} left testbed objects behind: {json.dumps(left)} "
+                             "(removed here, so that the next module starts clean)")
+    return out
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -66,8 +66,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.dry_run:
         _print_dry_run(net)
         return 0
-    net.start()
     try:
+        net.start()  # in the guard too: a Ctrl-C between its return and the next line must not leave it up
         status = _after_up(net, args, events)
         if args.cli:
             return status

@@ -457,6 +457,9 @@ class EmulatedNetwork:
             self._watchdog = uimp.watch(self)
             self.timings["shape_s"] = time.monotonic() - t0
             self._write_state()
+            # Inside the guard: closing ~20 handles takes a while (each ends its pyroute2 event loop),
+            # and a Ctrl-C landing there left the whole network up (CI, stop 47).
+            self._close_handles()
         except BaseException:
             self._close_handles()
             try:
@@ -465,19 +468,20 @@ class EmulatedNetwork:
                 cleanup.cleanup()
                 raise
             raise
-        self._close_handles()
         self.started = True
         self.timings["up_s"] = time.monotonic() - t0
         return self
 
     def _close_handles(self) -> None:
-        for h in [*self._handles.values(), *self._sw_handles.values()]:
-            try:
-                h.close()
-            except Exception:
-                pass
-        self._handles = {}
-        self._sw_handles = {}
+        """Close the netlink handles held open during start, each once (also when a Ctrl-C cut this
+        short and the failure path calls it again)."""
+        for handles in (self._handles, self._sw_handles):
+            while handles:
+                _, h = handles.popitem()
+                try:
+                    h.close()
+                except Exception:
+                    pass
 
     def _ns(self, node: str) -> Any:
         """Netlink handle into ``node``'s namespace: the one held open during start, else a new one."""
