@@ -13,7 +13,8 @@ samplers and on the launcher's clock (its ``t0_ns`` is the launcher's plus the s
   know their pids; it finds them (:class:`TrainerWatch`) by their argv, which ends in a job file of the trial's
   scratch directory, and takes host, role and rank from that job file -- ``samples/procs-<server>.jsonl``;
 * **CPU saturation**: the server's cores and its userspace impairment daemons (``testbed.collect.saturation``),
-  in the last line it prints, which the launcher adds to the trial's ``cpu_saturation`` per server.
+  their samples in the last line it prints (timed from the trial's t0), which the launcher judges from the
+  trial's start barrier, as it judges its own, and adds to the trial's ``cpu_saturation`` per server.
 
 It prints ``ready`` once sampling runs, samples until its stdin closes (the launcher ends the trial, or its
 connection goes), then prints one JSON line: each sampler's stats and the CPU saturation.  The launcher
@@ -166,7 +167,8 @@ def serve(out: str, server: str, t0_ns: int, rate_hz: float, *, links: bool, tcp
         if watch is not None:
             watch.stop()
         stats: dict[str, Any] = samplers.stop()
-        stats["cpu_saturation"] = cpu.stop()
+        stats["cpu_saturation"] = cpu.stop()  # every sample: used only if the launcher cannot judge from the barrier
+        stats["cpu_samples"] = cpu.samples(t0_ns)
         if watch is not None:
             stats["trainers_found"] = len(watch.seen)
             if watch.errors:

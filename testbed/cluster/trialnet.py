@@ -114,6 +114,8 @@ class ClusterTrialNetwork:
         self.links_down: dict[str, float] = {}
         self.offsets_ns: dict[str, int] = {}
         self.sampler_stats: dict[str, Any] = {}
+        #: each remote server's CPU-saturation samples (kept out of sampler_stats, which the manifest holds)
+        self.cpu_samples: dict[str, dict[str, Any]] = {}
         #: per schedule event: when it was sent and how long each server took to apply it
         self.schedule_lag: list[dict[str, Any]] = []
         self._t_play = 0.0
@@ -216,6 +218,9 @@ class ClusterTrialNetwork:
                 stdout, stderr = p.communicate(timeout=30)
                 last = [ln for ln in stdout.splitlines() if ln.startswith("{")]
                 out[server] = json.loads(last[-1]) if last else {"error": launch.tail_of(stderr)}
+                sent = out[server].pop("cpu_samples", None)
+                if sent is not None:
+                    self.cpu_samples[server] = sent
             except Exception as e:
                 p.kill()
                 out[server] = {"error": f"{type(e).__name__}: {e}"}
@@ -237,9 +242,20 @@ class ClusterTrialNetwork:
         for f in samples.glob("sampler_stats-*.json"):
             f.unlink()
 
-    def remote_cpu_saturation(self) -> dict[str, Any]:
-        """Each remote server's CPU saturation during the trial (from its sampler's last line)."""
-        return {s: st["cpu_saturation"] for s, st in self.sampler_stats.items() if "cpu_saturation" in st}
+    def remote_cpu_saturation(self, from_s: float | None = None) -> dict[str, Any]:
+        """Each remote server's CPU saturation during the trial: its samples judged from ``from_s`` (seconds
+        after t0: the start barrier) as the launcher's own are; as that server judged them (every sample)
+        when the barrier is unknown or its samples did not come."""
+        from testbed.collect.saturation import CpuSaturation
+
+        out = {}
+        for server, st in self.sampler_stats.items():
+            sent = self.cpu_samples.get(server)
+            if sent is not None and from_s is not None:
+                out[server] = CpuSaturation.from_samples(sent, 0).record(round(from_s * 1e9))
+            elif "cpu_saturation" in st:
+                out[server] = st["cpu_saturation"]
+        return out
 
     def stop(self) -> None:
         """Fetch every remote server's records, remove its scratch directory, take every part down."""

@@ -20,6 +20,11 @@ that fixed burst alone marked short trials unfaithful and long ones not
 (the 4-DC lr search of 2026-12-07: 9-15 % saturated in trials that gave up
 at 61-68 s, 2-4 % in the 300 s ones, the same workers at the same rate).
 The start-up's own summary stays in the record, under ``startup``.
+
+Across servers each other server samples its own CPU (``testbed.cluster.sampling``) and
+sends its samples, timed as seconds after the trial's t0 (:meth:`CpuSaturation.samples`),
+with its last line; the launcher, which alone knows when the barrier was once the records
+are in, judges them from there as it judges its own (:meth:`CpuSaturation.from_samples`).
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ class CpuSaturation:
     def __init__(self, daemons: dict[str, int] | None = None, interval_s: float = INTERVAL_S) -> None:
         self.daemons = dict(daemons or {})
         self.interval_s = interval_s
+        self.cores = os.cpu_count()  # the sampled machine's (another server's, from_samples)
         # each sample as (when its interval began, wall-clock ns; busy fraction)
         self.machine: list[tuple[int, float]] = []
         self.per_daemon: dict[str, list[tuple[int, float]]] = {name: [] for name in self.daemons}
@@ -103,6 +109,29 @@ class CpuSaturation:
         self._stop.set()
         self._thread.join(timeout=5)
 
+    def samples(self, t0_ns: int) -> dict[str, Any]:
+        """The samples themselves, each as [seconds after ``t0_ns`` its interval began, busy fraction]: what
+        another server sends the launcher, which judges them (:meth:`from_samples`)."""
+        def rel(series: list[tuple[int, float]]) -> list[list[float]]:
+            return [[round((t - t0_ns) / 1e9, 4), round(v, 4)] for t, v in series]
+
+        return {"interval_s": self.interval_s, "cores": self.cores, "machine": rel(self.machine),
+                "impairment_daemons": {name: rel(s) for name, s in self.per_daemon.items()}}
+
+    @classmethod
+    def from_samples(cls, sent: dict[str, Any], t0_ns: int) -> CpuSaturation:
+        """Samples another server took (:meth:`samples`), placed on this side's ``t0_ns`` (never started:
+        :meth:`record` judges them)."""
+        out = cls({}, interval_s=float(sent["interval_s"]))
+        out.cores = sent.get("cores")
+
+        def absolute(series: list[list[float]]) -> list[tuple[int, float]]:
+            return [(t0_ns + round(rel * 1e9), float(v)) for rel, v in series]
+
+        out.machine = absolute(sent.get("machine") or [])
+        out.per_daemon = {name: absolute(s) for name, s in (sent.get("impairment_daemons") or {}).items()}
+        return out
+
     def stop(self, from_ns: int | None = None) -> dict[str, Any]:
         """End sampling; the record the manifest keeps (see :meth:`record`)."""
         self.halt()
@@ -119,7 +148,7 @@ class CpuSaturation:
         reasons = []
         if machine["saturated"]:
             reasons.append(f"machine CPU >= {SATURATED:.0%} in {machine['saturated_fraction']:.0%} of samples "
-                           f"(cores: {os.cpu_count()})")
+                           f"(cores: {self.cores})")
         reasons += [f"impairment daemon {name} CPU >= {SATURATED:.0%} of a core in {d['saturated_fraction']:.0%} "
                     "of samples" for name, d in daemons.items() if d["saturated"]]
         out: dict[str, Any] = {"interval_s": self.interval_s, "threshold": SATURATED,

@@ -407,7 +407,7 @@ def _finish(manifest: dict[str, Any], result: TrialResult, procs: list[ProcInfo]
             t0 + round(start_s * 1e9) if isinstance(t0, int) and start_s is not None else None)
     if getattr(net, "sampler_stats", None):  # other servers' samplers, known once they stopped
         manifest.setdefault("cluster", {})["remote_sampler_stats"] = net.sampler_stats
-        remote_cpu_saturation(manifest, net.remote_cpu_saturation())
+        remote_cpu_saturation(manifest, net.remote_cpu_saturation(start_s))
     result.wall_s = time.monotonic() - t_start
     training = manifest.get("training") or {}
     manifest["clock"] = {

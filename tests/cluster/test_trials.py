@@ -76,6 +76,10 @@ def assert_every_server_sampled(trial: Path, m: dict, remote_hosts: set[str], tc
     assert stats["trainers_found"] == len({x["pid"] for x in remote}) >= 1, stats
     cpu = m["cpu_saturation"]["servers"]["s2"]
     assert cpu["machine"]["samples"] >= 2 and cpu["machine"]["mean"] > 0, cpu
+    # judged by the launcher from the trial's start barrier, as its own CPU is; the samples stay out of the manifest
+    assert cpu["judged"] == m["cpu_saturation"]["judged"] == "after the start barrier", cpu
+    assert cpu["startup"]["machine"]["samples"] >= 1, cpu
+    assert "cpu_samples" not in stats and stats["cpu_saturation"]["judged"] == "every sample", stats
     print(f"MEASURED {m['label']}: stand-in sampled {len(remote)} process rows of {sorted(remote_hosts)}, "
           f"{sum(1 for x in tcp if x['node'] in tcp_nodes)} TCP rows; its CPU mean {cpu['machine']['mean']:.2f}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -85,3 +86,25 @@ def test_real_samples_carry_when_they_began() -> None:
     assert len(times) >= 3 and times == sorted(times) and times[0] >= t
     assert cpu.record(time.time_ns())["machine"]["samples"] == 0  # none began after now
     assert cpu.stop()["machine"]["samples"] == len(times)  # stop after halt: the same samples, judged whole
+
+
+def test_another_servers_samples_are_judged_from_the_launchers_barrier() -> None:
+    """Across servers another server sends its samples timed from t0 (its clock's t0: the launcher's plus its
+    offset); the launcher places them on its own t0 and judges them from the barrier as it judges its own."""
+    remote_t0 = 5_000_000_000_000  # the other server's clock runs far off the launcher's
+    there = CpuSaturation({"b-r:w-a": 1}, interval_s=0.5)
+    there.cores = 64
+    there.machine = [(remote_t0 + 500_000_000 * i, 1.0 if i < 24 else 0.2) for i in range(120)]  # 12 s start-up
+    there.per_daemon = {"b-r:w-a": [(remote_t0 + 500_000_000 * i, 0.99 if i < 24 else 0.1) for i in range(120)]}
+    sent = json.loads(json.dumps(there.samples(remote_t0)))  # as it crosses: the sampler's last JSON line
+    assert sent["cores"] == 64 and len(sent["machine"]) == 120 and sent["machine"][1] == [0.5, 1.0]
+    launcher_t0 = 1_700_000_000_000_000_000
+    here = CpuSaturation.from_samples(sent, launcher_t0)
+    barrier_s = 12.0
+    judged = here.record(launcher_t0 + round(barrier_s * 1e9))
+    assert judged == there.record(remote_t0 + round(barrier_s * 1e9))  # the same verdict as judged there
+    assert judged["judged"] == "after the start barrier" and judged["saturated"] == []
+    assert judged["machine"]["samples"] == 96 and judged["startup"]["machine"]["samples"] == 24
+    every = here.record()  # judged over every sample, the start-up marks it: 20 % of samples
+    assert every["saturated"] == ["machine CPU >= 95% in 20% of samples (cores: 64)",
+                                  "impairment daemon b-r:w-a CPU >= 95% of a core in 20% of samples"]

@@ -99,3 +99,25 @@ def test_a_running_trainer_is_found_and_sampled_as_its_job_says(tmp_path):
     assert rows and {(r["host"], r["role"], r["rank"], r["pid"]) for r in rows} == {("b-h1", "worker", 1,
                                                                                       procs[0].pid)}
     assert all(r["rss_bytes"] > 1e6 for r in rows)
+
+
+def test_the_launcher_judges_another_servers_cpu_from_the_barrier():
+    """What a remote sampler's last line carries (its verdict over every sample, and its samples) becomes the
+    trial's record of that server judged from the barrier; without the barrier, or from a sampler that sent
+    no samples, that server's own verdict stands."""
+    from types import SimpleNamespace
+
+    from testbed.cluster.trialnet import ClusterTrialNetwork
+    from testbed.collect.saturation import CpuSaturation
+
+    there = CpuSaturation(interval_s=0.5)
+    there.machine = [(500_000_000 * i, 1.0 if i < 20 else 0.3) for i in range(100)]  # 10 s start-up, both cores
+    own = there.record()
+    assert own["saturated"]  # 20 % of every sample
+    net = SimpleNamespace(sampler_stats={"s2": {"cpu_saturation": own}, "s3": {"cpu_saturation": own}},
+                          cpu_samples={"s2": json.loads(json.dumps(there.samples(0)))})
+    judged = ClusterTrialNetwork.remote_cpu_saturation(net, 10.0)
+    assert judged["s2"]["judged"] == "after the start barrier" and judged["s2"]["saturated"] == []
+    assert judged["s2"]["startup"]["machine"]["samples"] == 20
+    assert judged["s3"] == own  # no samples came from s3
+    assert ClusterTrialNetwork.remote_cpu_saturation(net, None) == {"s2": own, "s3": own}
