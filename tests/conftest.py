@@ -156,12 +156,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not _check_enabled():
         return
-    try:
-        now = tb_objects()
-    except Exception:  # pragma: no cover
-        return
-    new = {k: sorted(set(v) - set(_AT_START.get(k, []))) for k, v in now.items()}
-    new = {k: v for k, v in new.items() if v}
+    new = _new_objects()
     if not new:
         return
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
